@@ -1,0 +1,71 @@
+"""Start-up checks that a DFlash draft fits its Gemma 4 target.
+
+A draft trained for another target still loads (it has no embedding and no LM head of its own),
+then fails with shape errors at the first decode step, or worse, decodes garbage drafts.
+These checks run before the DFlash worker builds anything and name the value and the fix.
+"""
+
+from __future__ import annotations
+
+from sglang_gemma4_dflash.capture import validate_layer_ids
+
+
+def _text_config(config):
+    get_text_config = getattr(config, "get_text_config", None)
+    if callable(get_text_config):
+        return get_text_config()
+    return getattr(config, "text_config", None) or config
+
+
+def _get(config, key, default=None):
+    if isinstance(config, dict):
+        return config.get(key, default)
+    return getattr(config, key, default)
+
+
+def dflash_fields(draft_config) -> dict:
+    """The draft's `dflash_config` block (a dict), falling back to top-level keys as SGLang does."""
+    block = _get(draft_config, "dflash_config", None) or {}
+    if not isinstance(block, dict):
+        block = dict(vars(block))
+    fields = {}
+    for key in ("target_layer_ids", "mask_token_id", "block_size"):
+        value = block.get(key, _get(draft_config, key, None))
+        if value is not None:
+            fields[key] = value
+    return fields
+
+
+def validate_draft_against_target(target_config, draft_config, *, draft_path: str = "the draft") -> None:
+    """Raise ValueError if ``draft_config`` cannot serve ``target_config`` (both HF configs or dicts)."""
+    target_text = _text_config(target_config)
+    draft_text = _text_config(draft_config)
+    target_hidden = int(_get(target_text, "hidden_size"))
+    target_vocab = int(_get(target_text, "vocab_size"))
+    target_layers = int(_get(target_text, "num_hidden_layers"))
+
+    draft_hidden = _get(draft_text, "hidden_size")
+    if draft_hidden is not None and int(draft_hidden) != target_hidden:
+        raise ValueError(
+            f"DFLASH draft {draft_path} has hidden_size={int(draft_hidden)}, but the target's hidden_size is "
+            f"{target_hidden}. A DFlash draft reads the target's embeddings and hidden states, so the sizes must "
+            "match: pass the draft trained for this target with --speculative-draft-model-path."
+        )
+    draft_vocab = _get(draft_text, "vocab_size")
+    if draft_vocab is not None and int(draft_vocab) != target_vocab:
+        raise ValueError(
+            f"DFLASH draft {draft_path} has vocab_size={int(draft_vocab)}, but the target's vocab_size is "
+            f"{target_vocab}. The draft predicts through the target's LM head, so it must be trained on the "
+            "target's tokenizer: pass the draft made for this target with --speculative-draft-model-path."
+        )
+
+    fields = dflash_fields(draft_config)
+    if "target_layer_ids" in fields:
+        validate_layer_ids(fields["target_layer_ids"], target_layers, owner=f"the target (draft {draft_path})")
+    if "mask_token_id" in fields:
+        mask_id = fields["mask_token_id"]
+        if isinstance(mask_id, bool) or not isinstance(mask_id, int) or not 0 <= mask_id < target_vocab:
+            raise ValueError(
+                f"DFLASH draft {draft_path} has dflash_config.mask_token_id={mask_id!r}, outside the target's "
+                f"vocabulary [0, {target_vocab}). Set it to the target tokenizer's mask token id."
+            )
