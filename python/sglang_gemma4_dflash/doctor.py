@@ -1,0 +1,113 @@
+"""``sglang-gemma4-dflash-doctor``: what the installed SGLang has, what the plugin adds, and a head self-check.
+
+    $ sglang-gemma4-dflash-doctor            # report + greedy-head self-check on cuda if present, else cpu
+    $ sglang-gemma4-dflash-doctor --json     # the same as one JSON object
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from importlib.metadata import entry_points
+
+from sglang_gemma4_dflash import __version__, compat, hooks
+
+ENTRY_POINT = "gemma4_dflash"
+
+
+def entry_point_status() -> dict:
+    found = [ep for ep in entry_points(group="sglang.srt.plugins") if ep.name == ENTRY_POINT]
+    allowed = os.environ.get("SGLANG_PLUGINS", "")
+    names = {n.strip() for n in allowed.split(",") if n.strip()}
+    return {
+        "entry_point_visible": bool(found),
+        "entry_point": found[0].value if found else None,
+        "enabled": bool(found) and (not names or ENTRY_POINT in names),
+        "SGLANG_PLUGINS": allowed or None,
+    }
+
+
+def head_self_check(device: str, *, vocab: int = 50_000, hidden: int = 512, tokens: int = 37, seed: int = 0) -> dict:
+    """The plugin's greedy head against a full-vocabulary argmax on ``device`` (exact ids expected)."""
+    import torch
+
+    from sglang_gemma4_dflash.greedy_head import greedy_token_ids
+
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    # Integer-valued inputs: every logit is exact in fp32, so the oracle has one right answer.
+    weight = torch.randint(-3, 4, (vocab, hidden), generator=gen).float()
+    hidden_states = torch.randint(-3, 4, (tokens, hidden), generator=gen).float()
+    weight[vocab - 1] = weight[7]  # a tie across the whole vocabulary: the lowest id must win
+    hidden_states[0] = weight[7]
+    weight, hidden_states = weight.to(device), hidden_states.to(device)
+    head = torch.nn.Embedding(vocab, hidden, _weight=weight)  # replicated head, like Gemma 4's tied one
+    got = greedy_token_ids(hidden_states, head, None)
+    want = torch.argmax(hidden_states @ weight.T, dim=-1)
+    mismatches = int((got != want).sum())
+    return {"device": device, "vocab": vocab, "hidden": hidden, "tokens": tokens,
+            "mismatches": mismatches, "ok": mismatches == 0}
+
+
+def report() -> dict:
+    features = compat.probe()
+    changes, left = hooks.plan(features)
+    return {
+        "plugin_version": __version__,
+        "sglang_version": features.version,
+        "dflash_worker": features.worker,
+        "gemma4_targets": [
+            {"class": t.path, "upstream_capture": t.upstream_capture} for t in features.targets
+        ],
+        "gemma4_subclasses": list(features.subclass_targets),
+        **entry_point_status(),
+        "plugin_installs": [{"target": c.target, "how": c.how, "why": c.why} for c in changes],
+        "left_to_upstream": [{"what": u.what, "why": u.why} for u in left],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sglang-gemma4-dflash-doctor", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--device", default=None, help="device for the head self-check (default: cuda if present)")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    info = report()
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    info["head_self_check"] = head_self_check(device)
+    if args.json:
+        print(json.dumps(info, indent=1))
+    else:
+        print(format_report(info))
+    return 0 if info["head_self_check"]["ok"] else 1
+
+
+def format_report(info: dict) -> str:
+    lines = [
+        f"sglang-gemma4-dflash {info['plugin_version']}",
+        f"SGLang {info['sglang_version']}, DFlash worker: {info['dflash_worker'] or 'none'}",
+        f"entry point sglang.srt.plugins:{ENTRY_POINT}: "
+        + ("visible" if info["entry_point_visible"] else "NOT visible (is the package installed?)")
+        + ("" if info["enabled"] else f", disabled by SGLANG_PLUGINS={info['SGLANG_PLUGINS']}"),
+        "Gemma 4 targets: " + ", ".join(
+            f"{t['class'].rsplit('.', 1)[1]} (capture: {'upstream' if t['upstream_capture'] else 'missing upstream'})"
+            for t in info["gemma4_targets"]) or "none",
+        "the plugin installs:",
+        *[f"  {c['how']:8s} {c['target']}\n           {c['why']}" for c in info["plugin_installs"]],
+        "left to upstream:",
+        *[f"  {u['what']}: {u['why']}" for u in info["left_to_upstream"]],
+    ]
+    check = info.get("head_self_check")
+    if check:
+        lines.append(
+            f"greedy head self-check on {check['device']} (V={check['vocab']}, H={check['hidden']}, "
+            f"N={check['tokens']}): {'ok' if check['ok'] else 'FAILED'}, {check['mismatches']} mismatches"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The plugin is found and applied by SGLang's own loader, once, and only when allowed.
+
+Each case runs in a fresh interpreter: SGLang's loader and HookRegistry are process-global, exactly
+as in a real launcher or scheduler process.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from importlib.metadata import entry_points
+
+from sglang_gemma4_dflash import hooks
+from sglang_gemma4_dflash.compat import SGLangFeatures, TargetClass
+
+PROBE = textwrap.dedent(
+    """
+    import json, logging, sys
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    from sglang_gemma4_dflash.cpu_standins import install
+    install()
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.plugins.hook_registry import HookRegistry
+    load_plugins()
+    load_plugins()  # a second call (engine + scheduler paths) must change nothing
+    from sglang_gemma4_dflash import plugin
+    if plugin._registered is not None:
+        plugin.register()  # nor must a direct second registration
+    from sglang.srt.models.gemma4_causal import Gemma4ForCausalLM
+    from sglang.srt.models.gemma4_mm import Gemma4ForConditionalGeneration
+    from sglang_gemma4_dflash.compat import probe, resolve
+
+    def ours(cls, text_attr):
+        # Behaviour, not identity: upstream accepts an empty id list, the plugin's method refuses it.
+        from types import SimpleNamespace
+        if not hasattr(cls, "set_dflash_layers_to_capture"):
+            return False
+        text = SimpleNamespace(layers_to_capture=[], config=SimpleNamespace(num_hidden_layers=4))
+        try:
+            cls.set_dflash_layers_to_capture(SimpleNamespace(**{text_attr: text}), [])
+        except ValueError as exc:
+            return "empty" in str(exc)
+        return False
+
+    worker = resolve(probe().worker_path)
+    print(json.dumps({
+        "causal_ours": ours(Gemma4ForCausalLM, "model"),
+        "mm_ours": ours(Gemma4ForConditionalGeneration, "language_model"),
+        "hook_counts": {t: len(h) for t, h in HookRegistry._hooks.items()},
+        "patched": sorted(HookRegistry._patched),
+        "worker_wrapped": hasattr(worker._greedy_sample_from_vocab_parallel_head, "__wrapped__"),
+    }))
+    """
+)
+
+
+def run_probe(**env_overrides):
+    env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1", **env_overrides)
+    if env_overrides.get("SGLANG_PLUGINS") is None:
+        env.pop("SGLANG_PLUGINS", None)
+    proc = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_entry_point_is_registered():
+    names = {ep.name: ep.value for ep in entry_points(group="sglang.srt.plugins")}
+    assert names.get("gemma4_dflash") == "sglang_gemma4_dflash.plugin:register"
+
+
+def test_load_plugins_installs_every_change_once():
+    result, log = run_probe()
+    assert result["causal_ours"] and result["mm_ours"]
+    assert result["worker_wrapped"]
+    hooked = {t: n for t, n in result["hook_counts"].items() if n}
+    assert hooked, "no hook registered"
+    assert all(n == 1 for n in hooked.values()), hooked  # idempotent across repeated loads
+    assert set(hooked) <= set(result["patched"]), "registered but not applied"
+    info_lines = [line for line in log.splitlines() if "sglang-gemma4-dflash" in line and "installed:" in line]
+    assert len(info_lines) == 1, log[-3000:]
+    assert "left to upstream:" in info_lines[0]
+
+
+def test_sglang_plugins_whitelist_switches_it_off():
+    result, log = run_probe(SGLANG_PLUGINS="some_other_plugin")
+    assert not result["worker_wrapped"]
+    assert not result["causal_ours"] and not result["mm_ours"]
+    assert not any(result["hook_counts"].values())
+    assert "installed:" not in log
+
+
+def _features(worker, upstream_capture, graph_sampler=False):
+    targets = (
+        TargetClass("sglang.srt.models.gemma4_causal.Gemma4ForCausalLM", upstream_capture),
+        TargetClass("sglang.srt.models.gemma4_mm.Gemma4ForConditionalGeneration", upstream_capture),
+    )
+    path = {"v1": "x.dflash_worker.DFlashWorker", "v2": "x.dflash_worker_v2.DFlashWorkerV2", None: None}[worker]
+    return SGLangFeatures("test", worker, path, targets, (), graph_sampler)
+
+
+def test_plan_for_a_v1_line_adds_capture_and_unblocks_the_draft_step():
+    changes, _ = hooks.plan(_features("v1", upstream_capture=False))
+    how = {c.target.rsplit(".", 2)[-2] + "." + c.target.rsplit(".", 1)[1]: c.how for c in changes}
+    assert how["Gemma4ForCausalLM.set_dflash_layers_to_capture"] == hooks.ADD
+    assert how["Gemma4ForConditionalGeneration.set_dflash_layers_to_capture"] == hooks.ADD
+    assert how["DFlashWorker._prepare_for_speculative_decoding"] == hooks.AROUND
+    assert how["DFlashWorker._greedy_sample_from_vocab_parallel_head"] == hooks.AROUND
+    assert how["DFlashWorker.__init__"] == hooks.AROUND
+
+
+def test_plan_for_a_v2_line_replaces_capture_and_splits_the_graph_head():
+    changes, left = hooks.plan(_features("v2", upstream_capture=True, graph_sampler=True))
+    how = {c.target.rsplit(".", 2)[-2] + "." + c.target.rsplit(".", 1)[1]: c.how for c in changes}
+    assert how["Gemma4ForCausalLM.set_dflash_layers_to_capture"] == hooks.REPLACE
+    assert how["DFlashWorkerV2._maybe_build_draft_sampler"] == hooks.AROUND
+    assert "DFlashWorkerV2._prepare_for_speculative_decoding" not in how
+    assert left, "the plan must say what it leaves to upstream"
+
+
+def test_plan_without_dflash_touches_no_worker():
+    changes, left = hooks.plan(_features(None, upstream_capture=False))
+    assert all("set_dflash_layers_to_capture" in c.target for c in changes)
+    assert any("no DFLASH worker" in u.why for u in left)
