@@ -1,0 +1,26 @@
+"""Test bootstrap: SGLang's CPU engine for this process, before any test module imports SGLang.
+
+On a machine without CUDA every test process runs SGLang with ``SGLANG_USE_CPU_ENGINE=1`` and the
+``sgl_kernel`` stand-ins (see ``sglang_gemma4_dflash.cpu_standins``). Tests that need a real SGLang
+model take the ``sglang_tp1`` fixture. SGLang failing to import is an error here, never a skip.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import _sglang_cpu  # noqa: E402
+
+_sglang_cpu.use_cpu_engine()
+
+
+@pytest.fixture(scope="session")
+def sglang_tp1():
+    """SGLang's distributed + model-parallel state (world 1, gloo) and server args, once per session."""
+    if _sglang_cpu.cuda_engine_active():
+        pytest.skip("this process drives SGLang's CUDA engine; the CPU-engine model tests run on CPU machines")
+    _sglang_cpu.init_tp1()
+    return _sglang_cpu
