@@ -1,0 +1,118 @@
+"""The draft's greedy head folded into the DFlash v2 draft CUDA graph, split over TP ranks.
+
+SGLang's v2 DFlash worker (0.5.14+) can run the draft's greedy head inside the draft CUDA graph:
+``_maybe_build_draft_sampler`` returns a sampler, a capture hook calls it at the end of every
+captured draft forward, and after a replay the worker reads ``sampler.out[: bs * (block_size - 1)]``.
+Upstream refuses to do this at TP > 1 for a head without ``shard_indices`` (Gemma 4's tied
+``embed_tokens``) and keeps that head eager, scoring the whole vocabulary on every rank unsynced.
+
+``SplitHeadDraftSampler`` keeps the same contract (``sampler(hidden_states, input_ids)`` during
+capture, ``sampler.out`` after replay) and uses ``greedy_head``'s pieces: each rank scores its
+1/tp slice of the vocabulary, the ranks exchange one packed ``(value, id)`` tensor, and all pick
+the same token. Buffers are allocated once for the largest captured batch; nothing syncs with the
+host and no shape depends on data.
+
+Greedy only. On 0.5.23 the plain DFlash draft is greedy (only the selector / LiLiCorr variants
+stage sampling parameters into their samplers), so this sampler has no ``stage_sampling_params``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from sglang_gemma4_dflash.greedy_head import (
+    DEFAULT_LOGITS_BUDGET_BYTES,
+    dense_weight,
+    exchange_candidates,
+    group_size_rank,
+    is_dense_head,
+    layout_for_head,
+    pick_global,
+    score_local,
+)
+
+EAGER_ENV = "SGLANG_DFLASH_EAGER_DRAFT_SAMPLER"
+# Draft variants whose samplers do more than a greedy head (their own candidates, in-graph sampling).
+VARIANT_ATTRS = ("selector", "lilicorr", "_is_domino")
+
+
+def max_graph_bs(worker) -> int:
+    """The largest decode batch the draft CUDA graphs are captured for, as each SGLang line stores it."""
+    try:
+        from sglang.srt import runtime_context
+    except ImportError:
+        runtime_context = None
+    get_exec = getattr(runtime_context, "get_exec", None)
+    if get_exec is not None:  # 0.5.2x: published config bags
+        config = get_exec().graph.cuda_graph_config
+    else:  # 0.5.14-0.5.16: on the server args
+        config = worker.server_args.cuda_graph_config
+    return max(int(bs) for bs in config.decode.bs)
+
+
+def _eager_requested() -> bool:
+    try:
+        from sglang.srt.environ import envs
+
+        return bool(envs.SGLANG_DFLASH_EAGER_DRAFT_SAMPLER.get())
+    except (ImportError, AttributeError):
+        return os.environ.get(EAGER_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class SplitHeadDraftSampler:
+    """Greedy draft tokens over the target head, capturable, identical on every TP rank."""
+
+    def __init__(
+        self,
+        lm_head,
+        *,
+        block_size: int,
+        max_bs: int,
+        tp_group=None,
+        budget_bytes: int = DEFAULT_LOGITS_BUDGET_BYTES,
+    ):
+        if int(block_size) < 2:
+            raise ValueError(f"SplitHeadDraftSampler: block_size={block_size} drafts no token; needs >= 2.")
+        tp_size, tp_rank = group_size_rank(tp_group)
+        self.weight = dense_weight(lm_head)
+        self.layout = layout_for_head(lm_head, tp_rank, tp_size)
+        self.tp_group = tp_group
+        self.block_size = int(block_size)
+        self.budget_bytes = int(budget_bytes)
+        max_tokens = int(max_bs) * (self.block_size - 1)
+        device = self.weight.device
+        # Written in the graph, read by the worker after replay (fixed address).
+        self.out = torch.zeros((max_tokens,), dtype=torch.int64, device=device)
+        if self.layout.tp_size > 1:
+            self._send = torch.empty((2 * max_tokens,), dtype=torch.float64, device=device)
+            self._recv = torch.empty((self.layout.tp_size * 2 * max_tokens,), dtype=torch.float64, device=device)
+
+    @staticmethod
+    def supports(worker, lm_head) -> bool:
+        """Whether this sampler can stand in for upstream's eager head on this worker."""
+        return (
+            is_dense_head(lm_head)
+            and int(getattr(worker, "block_size", 0)) > 1
+            and not _eager_requested()
+            and not any(getattr(worker, name, None) for name in VARIANT_ATTRS)
+        )
+
+    @classmethod
+    def for_worker(cls, worker, lm_head, tp_group) -> "SplitHeadDraftSampler":
+        return cls(lm_head, block_size=worker.block_size, max_bs=max_graph_bs(worker), tp_group=tp_group)
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor | None = None) -> None:
+        # Block position 0 holds the already-known bonus token; positions 1: are drafted.
+        bs = hidden_states.shape[0] // self.block_size
+        hidden = hidden_states.view(bs, self.block_size, -1)[:, 1:, :].reshape(-1, hidden_states.shape[-1])
+        n = hidden.shape[0]
+        values, ids = score_local(hidden, self.weight, self.layout, budget_bytes=self.budget_bytes)
+        if self.layout.tp_size > 1:
+            t = self.layout.tp_size
+            candidates = exchange_candidates(
+                self.tp_group, values, ids, t, send=self._send[: 2 * n], recv=self._recv[: t * 2 * n]
+            )
+            ids = pick_global(*candidates)
+        self.out[:n].copy_(ids)
