@@ -5,13 +5,21 @@ convention: id ``L`` is ``output_hidden_states[L + 1]``, the output of decoder l
 SGLang's text models capture the residual stream *entering* layer ``i`` (and the final
 pre-norm stream when ``i == num_layers``), so layer ``L`` is captured as ``L + 1``.
 
+One exception, shared with upstream: for the last layer (``L = num_layers - 1``) SGLang captures the
+stream *before* the final norm, while transformers' ``output_hidden_states[-1]`` is the normed
+``last_hidden_state``. A draft trained on that last entry would see different features, so
+choosing the last layer logs a warning (published Gemma 4 drafts do not use it).
+
 The ids are checked once, at model start-up, so a bad draft config fails there with a message
 that names the value and the fix, instead of shape errors in the middle of serving.
 """
 
 from __future__ import annotations
 
+import logging
 import numbers
+
+logger = logging.getLogger(__name__)
 
 
 def text_model_of(model):
@@ -71,6 +79,12 @@ def set_dflash_layers_to_capture(self, layer_ids):
     text_model = text_model_of(self)
     num_layers = int(text_model.config.num_hidden_layers)
     ids = validate_layer_ids(layer_ids, num_layers, owner=type(self).__name__)
+    if ids[-1] == num_layers - 1:
+        logger.warning(
+            "DFLASH target layer id %d is the last layer of %s: SGLang captures it before the final norm, "
+            "transformers' output_hidden_states[-1] is after it. Check that the draft was trained on the "
+            "pre-norm state.", ids[-1], type(self).__name__,
+        )
     self.capture_aux_hidden_states = True
     text_model.layers_to_capture = [i + 1 for i in ids]
 
