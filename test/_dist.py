@@ -22,7 +22,11 @@ import torch.multiprocessing as mp
 TIMEOUT_S = 240.0
 # This machine's torch ships libnccl. SGLang would open a NCCL communicator on the CPU device and
 # fail; pointing its loader at nothing makes the groups gloo-only, as on a machine without NCCL.
-CHILD_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "SGLANG_NCCL_SO_PATH": "/nonexistent/libnccl.so.2"}
+CHILD_ENV = {
+    "SGLANG_USE_CPU_ENGINE": "1",
+    "SGLANG_NCCL_SO_PATH": "/nonexistent/libnccl.so.2",
+    "HF_HUB_OFFLINE": "1",
+}
 
 
 def free_port() -> int:
@@ -51,7 +55,7 @@ def _init_sglang_groups(rank: int, world_size: int, port: int) -> None:
 
     reset_context()
     publish(
-        ServerArgs(model_path="unused", tp_size=world_size, device="cpu"),
+        ServerArgs(model_path="dummy", tp_size=world_size, device="cpu"),
         role="test",
         ranks=SpawnRanks(world_rank=rank),
     )

@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_gemma4_dflash.cpu_standins import install as install_cpu_standins
 from sglang_gemma4_dflash.draft_sampler import SplitHeadDraftSampler
 from sglang_gemma4_dflash.greedy_head import (
     MIN_BLOCK_ROWS,
@@ -25,9 +24,7 @@ from sglang_gemma4_dflash.greedy_head import (
     score_local,
     vocab_block_rows,
 )
-
-install_cpu_standins()
-from sglang.srt.layers.vocab_parallel_embedding import (  # noqa: E402  (after the CPU stand-ins)
+from sglang.srt.layers.vocab_parallel_embedding import (  # conftest selected the CPU engine first
     VocabParallelEmbedding,
     VocabParallelEmbeddingShardIndices,
     pad_vocab_size,

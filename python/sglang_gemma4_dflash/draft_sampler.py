@@ -103,6 +103,7 @@ class SplitHeadDraftSampler:
     def for_worker(cls, worker, lm_head, tp_group) -> "SplitHeadDraftSampler":
         return cls(lm_head, block_size=worker.block_size, max_bs=max_graph_bs(worker), tp_group=tp_group)
 
+    @torch.no_grad()
     def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor | None = None) -> None:
         # Block position 0 holds the already-known bonus token; positions 1: are drafted.
         bs = hidden_states.shape[0] // self.block_size

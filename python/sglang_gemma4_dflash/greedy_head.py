@@ -250,6 +250,7 @@ def pick_global(values: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------- the one entry point
 
 
+@torch.no_grad()
 def greedy_token_ids(
     hidden_states: torch.Tensor,
     lm_head,
@@ -262,6 +263,7 @@ def greedy_token_ids(
 
     ``tp_group``: SGLang's GroupCoordinator (or a torch ProcessGroup, or None for one rank); every
     rank of it must call with the same N. ``layout`` may be passed when computed once beforehand.
+    Runs without autograd (a tied head's weight may require grad).
     Raises ``UnsupportedHeadError`` for a head without a dense floating weight.
     """
     if hidden_states.shape[0] == 0:
