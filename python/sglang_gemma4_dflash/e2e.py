@@ -189,25 +189,20 @@ class Server:
 
 
 def _kill_group(process: subprocess.Popen, grace: float) -> Optional[int]:
-    """Terminate the process group led by `process` (started with start_new_session=True)."""
-    pgid = process.pid  # a session leader's pid is its process group id
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            process.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
-        # the leader is gone; children of the group may still linger: one more pass below
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        break
+    """Stop the server started with start_new_session=True: SIGTERM to the launcher (SGLang's launcher then stops
+    its scheduler and detokenizer itself), up to `grace` seconds for it to exit, then SIGKILL to the whole process
+    group, whatever is left of it."""
     try:
-        return process.wait(timeout=5)
+        process.terminate()
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # a session leader's pid is its process group id
+    except ProcessLookupError:
+        pass
+    try:
+        return process.wait(timeout=10)
     except subprocess.TimeoutExpired:
         return None
 

@@ -1,0 +1,33 @@
+# Source this on the GPU machine, from the repository root:   source scripts/gpu/setup_site.sh
+# Unpacks .gpu-site/site.tar.xz.* (checked against SHA256SUMS) into $SITE once, puts the plugin wheel from .gpu-site/
+# into it (scripts/gpu/add_plugin.sh install), and exports PYTHONPATH / LD_LIBRARY_PATH / PATH for SGLang 0.5.13.
+# Needs only python3 (tarfile + lzma from the standard library) and sha256sum.
+SITE=${SITE:-/tmp/sglang-0.5.13-site}
+PARTS=${PARTS:-$PWD/.gpu-site}
+if [ ! -f "$SITE/.unpacked" ]; then
+  (cd "$PARTS" && sha256sum --quiet -c SHA256SUMS) || { echo "site parts in $PARTS do not match SHA256SUMS" >&2; return 1; }
+  python3 - "$PARTS" "$SITE" <<'PY' || return 1
+import glob, io, lzma, os, sys, tarfile, time
+parts_dir, site = sys.argv[1], sys.argv[2]
+parts = sorted(glob.glob(os.path.join(parts_dir, "site.tar.xz.[0-9]*")))
+start = time.time()
+data = b"".join(open(p, "rb").read() for p in parts)
+with tarfile.open(fileobj=io.BytesIO(lzma.decompress(data))) as tar:
+    tar.extractall(site)
+open(os.path.join(site, ".unpacked"), "w").write("\n".join(map(os.path.basename, parts)) + "\n")
+print(f"unpacked {len(parts)} part(s) into {site} in {time.time() - start:.0f}s")
+PY
+fi
+bash "$(dirname "${BASH_SOURCE[0]}")/add_plugin.sh" install "$SITE" || return 1
+# the site's optional packages go on the path only where the machine lacks them
+_extra=""
+for _d in "$SITE"/_optional/*; do
+  [ -d "$_d" ] || continue
+  python3 -c "import $(basename "$_d")" 2>/dev/null || _extra="$_extra:$_d"
+done
+export PYTHONPATH="$SITE$_extra${PYTHONPATH:+:$PYTHONPATH}"
+export LD_LIBRARY_PATH="$SITE/_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$SITE/bin:$PATH"
+export PYTHONUNBUFFERED=1
+unset _d _extra
+python3 -c "import sglang, transformers, sglang_gemma4_dflash as p; print('sglang', sglang.__version__, '| transformers', transformers.__version__, '| plugin', p.__version__)"
