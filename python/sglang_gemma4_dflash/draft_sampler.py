@@ -72,6 +72,7 @@ class SplitHeadDraftSampler:
         max_bs: int,
         tp_group=None,
         budget_bytes: int = DEFAULT_LOGITS_BUDGET_BYTES,
+        fused: bool = True,
     ):
         if int(block_size) < 2:
             raise ValueError(f"SplitHeadDraftSampler: block_size={block_size} drafts no token; needs >= 2.")
@@ -81,6 +82,7 @@ class SplitHeadDraftSampler:
         self.tp_group = tp_group
         self.block_size = int(block_size)
         self.budget_bytes = int(budget_bytes)
+        self.fused = bool(fused)
         max_tokens = int(max_bs) * (self.block_size - 1)
         device = self.weight.device
         # Written in the graph, read by the worker after replay (fixed address).
@@ -109,7 +111,7 @@ class SplitHeadDraftSampler:
         bs = hidden_states.shape[0] // self.block_size
         hidden = hidden_states.view(bs, self.block_size, -1)[:, 1:, :].reshape(-1, hidden_states.shape[-1])
         n = hidden.shape[0]
-        values, ids = score_local(hidden, self.weight, self.layout, budget_bytes=self.budget_bytes)
+        values, ids = score_local(hidden, self.weight, self.layout, budget_bytes=self.budget_bytes, fused=self.fused)
         if self.layout.tp_size > 1:
             t = self.layout.tp_size
             candidates = exchange_candidates(
