@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import subprocess
-import sys
 import tempfile
 import time
 import traceback
@@ -98,7 +97,8 @@ def serve_suite(target: str, args: list[str], env: dict | None, label: str, log_
                 image: bool = False) -> dict:
     """Start one server, run the greedy suite (and optionally an image chat), read server info, stop it."""
     started = time.time()
-    server = e2e.Server(target, args, launcher=LAUNCHER, env=env, ready_timeout=420, log_path=os.path.join(log_dir, f"{label}.log"))
+    server = e2e.Server(target, args, launcher=LAUNCHER, env=env, ready_timeout=420,
+                        log_path=os.path.join(log_dir, f"{label}.log"))
     with server:
         ready_s = time.time() - started
         log(f"{label}: ready in {ready_s:.0f}s")
