@@ -313,7 +313,8 @@ def test_draft_sampler_writes_block_positions_1_on_into_a_fixed_buffer():
     address = sampler.out.data_ptr()
     for bs in (max_bs, 3, 1):
         hidden = int_tensor(gen, bs * block_size, 8)
-        sampler(hidden, torch.zeros(bs * block_size, dtype=torch.int64))
+        with torch.inference_mode():  # as the worker runs the draft forward
+            sampler(hidden, torch.zeros(bs * block_size, dtype=torch.int64))
         drafted = hidden.view(bs, block_size, 8)[:, 1:].reshape(-1, 8)
         assert torch.equal(sampler.out[: bs * (block_size - 1)], oracle(drafted, weight))
         assert sampler.out.data_ptr() == address
