@@ -156,7 +156,8 @@ class Server:
         return self
 
     def stop(self) -> Optional[int]:
-        """SIGTERM the process group, SIGKILL it after `stop_grace` seconds; return the exit code."""
+        """SIGTERM the launcher, then (after at most `stop_grace` seconds) SIGKILL its whole process group; return the
+        launcher's exit code. Safe to call twice."""
         process, self.process = self.process, None
         code = None
         if process is not None:
