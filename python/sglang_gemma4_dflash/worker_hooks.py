@@ -11,7 +11,7 @@ import inspect
 import logging
 
 from sglang_gemma4_dflash import compat
-from sglang_gemma4_dflash.greedy_head import greedy_token_ids
+from sglang_gemma4_dflash.greedy_head import greedy_token_ids, is_dense_head
 from sglang_gemma4_dflash.validate import validate_draft_against_target
 
 logger = logging.getLogger(__name__)
@@ -44,8 +44,11 @@ def check_draft_at_init(original, self, *args, **kwargs):
 
 
 def greedy_sample(original, self, *, hidden_states, lm_head, **kwargs):
-    """Around ``_greedy_sample_from_vocab_parallel_head``: the plugin's exact, TP-synced head for Gemma 4."""
-    if not compat.is_gemma4_target(compat.target_model_of(self)):
+    """Around ``_greedy_sample_from_vocab_parallel_head``: the plugin's exact, TP-synced head for Gemma 4.
+
+    Quantized (non-dense) heads stay with upstream, which has their kernels where it supports them.
+    """
+    if not compat.is_gemma4_target(compat.target_model_of(self)) or not is_dense_head(lm_head):
         return original(self, hidden_states=hidden_states, lm_head=lm_head, **kwargs)
     return greedy_token_ids(hidden_states, lm_head, compat.tp_group())
 
