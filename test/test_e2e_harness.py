@@ -129,6 +129,7 @@ def test_early_exit_is_reported_with_log_tail(launcher):
         with server:
             pass
     assert server.process is None
+    assert server.log_path is None  # the temporary log it made is gone; the error above carried its tail
 
 
 @pytest.mark.parametrize("mode", ["never", "slow"])

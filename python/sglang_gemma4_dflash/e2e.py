@@ -103,9 +103,10 @@ class Server:
     ready_timeout: float = 600.0
     poll_interval: float = 1.0
     stop_grace: float = 15.0
-    log_path: Optional[str] = None  # default: a temporary file
+    log_path: Optional[str] = None  # default: a temporary file, removed by stop() (errors carry its tail)
     process: Optional[subprocess.Popen] = field(default=None, init=False, repr=False)
     _log_file: Any = field(default=None, init=False, repr=False)
+    _own_log: bool = field(default=False, init=False, repr=False)
 
     @property
     def base_url(self) -> str:
@@ -123,6 +124,7 @@ class Server:
         if self.log_path is None:
             fd, self.log_path = tempfile.mkstemp(prefix="sglang-server-", suffix=".log")
             os.close(fd)
+            self._own_log = True
         env = dict(os.environ)
         env.update(self.env or {})
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -165,6 +167,9 @@ class Server:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+        if self._own_log and self.log_path and os.path.exists(self.log_path):
+            os.remove(self.log_path)
+            self.log_path, self._own_log = None, False
         return code
 
     def log_tail(self, max_chars: int = 6000) -> str:
