@@ -130,7 +130,7 @@ def test_context_moves_the_logits_not_the_argmax(tiny_dir):
     with torch.no_grad():
         la, lb = model(input_ids=a).logits[0, -1], model(input_ids=b).logits[0, -1]
     assert int(la.argmax()) == int(lb.argmax()) == tiny.successor_map()[last]
-    assert (la - lb).abs().max().item() > 0.05
+    assert (la - lb).abs().max().item() > 0.2  # measured 0.83 (seed 0)
 
 
 def test_multimodal_target_is_the_text_target(tiny_dir):
@@ -316,6 +316,56 @@ def test_sglang_draft_holds_the_checkpoint_weights(sglang_models, tiny_dir):
         gate_up = torch.cat([saved[p + "mlp.gate_proj.weight"], saved[p + "mlp.up_proj.weight"]])
         torch.testing.assert_close(params[p + "mlp.gate_up_proj.weight"], gate_up)
     assert not any("embed" in name or "lm_head" in name for name in params)
+
+
+def _sglang_draft_block(model, embed, features, anchor):
+    """One draft block through SGLang's own DFlashDraftModel modules (fc/hidden_norm projection,
+    fused-residual norms, QKV, q/k norms, RoPE, the worker's context K/V path, MLP, final norm),
+    with RadixAttention replaced by a plain softmax over context + block."""
+    ids = torch.full((TINY.block_size,), TINY.mask_token_id)
+    ids[0] = anchor
+    x = embed[ids] * embed.shape[1] ** 0.5
+    n = features.shape[0]
+    pos_ctx, pos_blk = torch.arange(n), torch.arange(n, n + TINY.block_size)
+    ctx = model.project_target_hidden(features)
+    residual = None
+    for layer in model.layers:
+        if residual is None:
+            residual, h = x, layer.input_layernorm(x)
+        else:
+            h, residual = layer.input_layernorm(x, residual)
+        a = layer.self_attn
+        q, k, v = a.qkv_proj(h)[0].split([a.q_size, a.kv_size, a.kv_size], dim=-1)
+        q = a.q_norm(q.reshape(-1, a.head_dim)).view_as(q)
+        k = a.k_norm(k.reshape(-1, a.head_dim)).view_as(k)
+        q, k = a.rotary_emb(pos_blk, q, k)
+        k_ctx, v_ctx = a.kv_proj_only(ctx)
+        k_ctx = a.apply_k_rope(pos_ctx, a.apply_k_norm(k_ctx))
+        group = a.num_heads // a.num_kv_heads
+        keys = torch.cat([k_ctx, k]).view(-1, a.num_kv_heads, a.head_dim).repeat_interleave(group, 1)
+        values = torch.cat([v_ctx, v]).view(-1, a.num_kv_heads, a.head_dim).repeat_interleave(group, 1)
+        scores = torch.einsum("qhd,khd->hqk", q.view(-1, a.num_heads, a.head_dim), keys) * a.scaling
+        attn = torch.einsum("hqk,khd->qhd", scores.softmax(-1), values).reshape(TINY.block_size, -1)
+        h, residual = layer.post_attention_layernorm(a.o_proj(attn)[0], residual)
+        x = layer.mlp(h)
+    out, _ = model.norm(x, residual)
+    return (out[1:] @ embed.T).argmax(-1).tolist()
+
+
+def test_sglang_draft_modules_draft_the_planted_successor(sglang_models, tiny_dir):
+    from transformers import AutoModelForCausalLM
+
+    _, draft = sglang_models["draft"]
+    target = AutoModelForCausalLM.from_pretrained(tiny_dir["target"], dtype=torch.float32).eval()
+    embed = target.get_input_embeddings().weight.detach().float()
+    prompt = [TINY.bos_token_id] + list(range(60, 90))
+    with torch.no_grad():
+        out = target(input_ids=torch.tensor([prompt]), output_hidden_states=True)
+        features = torch.cat([out.hidden_states[i + 1][0] for i in TINY.target_layer_ids], dim=-1)
+        bonus = int(out.logits[0, -1].argmax())
+        drafted = _sglang_draft_block(draft, embed, features, bonus)
+    assert drafted[0] == tiny.successor_map()[bonus]
+    assert drafted == draft_block_reference(tiny_dir["draft"], embed, features, bonus)
 
 
 def test_sglang_gemma4_processor_serves_text_prompts(sglang_tp1, tiny_dir):

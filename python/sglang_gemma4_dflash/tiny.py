@@ -684,8 +684,8 @@ DEFAULT_PROMPTS = ("hello world", "The quick brown fox", "def main():", "0 1 2 3
 def margin_report(model_dir, prompts=DEFAULT_PROMPTS, *, max_new_tokens: int = 48, dtype: str = "bfloat16", seed: int = 0):
     """Greedy-decode ``prompts`` with transformers and record the top-1/top-2 logit margin per step.
 
-    Works for ``target/`` and ``target_mm/``. Decodes by re-running the whole sequence each step
-    (no KV cache), so the margins are those of a plain forward pass in ``dtype``.
+    Works for ``target/`` and ``target_mm/``. Decodes incrementally with transformers' KV cache,
+    so the margins are those of a plain greedy run in ``dtype``.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -703,13 +703,14 @@ def margin_report(model_dir, prompts=DEFAULT_PROMPTS, *, max_new_tokens: int = 4
         for prompt in prompts:
             ids = tokenizer(prompt, return_tensors="pt").input_ids
             prompt_ids = ids[0].tolist()
-            tokens, margins = [], []
+            tokens, margins, past = [], [], None
             for _ in range(max_new_tokens):
-                logits = model(input_ids=ids).logits[0, -1].float()
-                top = torch.topk(logits, 2)
+                out = model(input_ids=ids, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                top = torch.topk(out.logits[0, -1].float(), 2)
                 margins.append(float(top.values[0] - top.values[1]))
                 tokens.append(int(top.indices[0]))
-                ids = torch.cat([ids, top.indices[:1].view(1, 1)], dim=1)
+                ids = top.indices[:1].view(1, 1)
             report.tokens.append(tokens)
             report.margins.append(margins)
             report.follows_plant.append(tokens == planted_continuation(prompt_ids, max_new_tokens, seed))
