@@ -27,7 +27,9 @@ position attend to the block's first token (the verified "anchor") through one l
 lane, copies its embedding, and its MLP applies the same lookup. Every drafted position predicts
 ``SUCCESSOR[anchor]``, so position 1 is right and 2..block_size-1 are wrong: accept length 2 per
 step (one accepted draft token plus the target's bonus token), which exercises both accepting and
-rejecting.
+rejecting. The draft does not use the context features (its anchor lookup reads the block only), so
+acceptance on the tiny setup says nothing about the captured target hidden states: those are
+checked against transformers by the capture tests.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import shutil
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -43,6 +47,7 @@ from sglang_gemma4_dflash import tiny_tokenizer
 
 FORMAT_VERSION = 1
 STAMP_FILE = "tiny_stamp.json"
+CHECKPOINTS = ("target", "target_mm", "draft")
 
 # Plant constants (see the module docstring).
 KAPPA = 0.5  # constant lane of every embedding
@@ -613,9 +618,11 @@ def _write_all(root: Path, seed: int, spec: TinySpec) -> None:
 
 
 def _digest_tree(root: Path) -> dict:
+    """sha256 of every file of the three checkpoints under ``root`` (other files there are ignored)."""
     files = {}
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != STAMP_FILE):
-        files[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    for name in CHECKPOINTS:
+        for path in sorted(p for p in (root / name).rglob("*") if p.is_file()):
+            files[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
     return files
 
 
@@ -633,7 +640,7 @@ def write_tiny_checkpoints(out_dir, *, seed: int = 0, overwrite: bool = False) -
     matches the files on disk) nothing is rewritten unless ``overwrite`` is set.
     """
     root = Path(out_dir)
-    paths = {"target": root / "target", "target_mm": root / "target_mm", "draft": root / "draft"}
+    paths = {name: root / name for name in CHECKPOINTS}
     stamp = root / STAMP_FILE
     if not overwrite and stamp.is_file():
         try:
@@ -642,11 +649,19 @@ def write_tiny_checkpoints(out_dir, *, seed: int = 0, overwrite: bool = False) -
             recorded = None
         if recorded is not None and recorded == _stamp_body(seed, _digest_tree(root)):
             return paths
-    for path in paths.values():
-        if path.exists():
-            shutil.rmtree(path)
+    root.mkdir(parents=True, exist_ok=True)
     stamp.unlink(missing_ok=True)
-    _write_all(root, seed, TINY)
+    # Write next to the destination, then move each checkpoint into place: a reader never sees a
+    # half-written checkpoint, and two writers of the same seed leave the same bytes.
+    staging = Path(tempfile.mkdtemp(prefix=".tiny-", dir=root))
+    try:
+        _write_all(staging, seed, TINY)
+        for name, path in paths.items():
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(staging / name, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     _write_json(stamp, _stamp_body(seed, _digest_tree(root)))
     return paths
 
