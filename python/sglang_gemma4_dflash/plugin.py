@@ -12,6 +12,7 @@ import logging
 from sglang_gemma4_dflash import __version__, compat, hooks
 
 logger = logging.getLogger(__name__)
+package_logger = logging.getLogger("sglang_gemma4_dflash")
 
 _registered: list[hooks.Change] | None = None
 
@@ -21,6 +22,18 @@ def _add_method(change: hooks.Change) -> None:
     cls = compat.resolve(cls_path)
     if getattr(cls, name, None) is not change.impl:
         setattr(cls, name, change.impl)
+
+
+def _ensure_visible_logging() -> None:
+    """SGLang runs ``load_plugins()`` before it configures logging, so INFO lines would be dropped.
+    If they would be dropped, the package logs to stderr itself (once, in SGLang's format)."""
+    if package_logger.handlers or (logging.getLogger().handlers and package_logger.isEnabledFor(logging.INFO)):
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", datefmt="%Y-%m-%d %H:%M:%S"))
+    package_logger.addHandler(handler)
+    package_logger.setLevel(logging.INFO)
+    package_logger.propagate = False
 
 
 def register() -> list[hooks.Change]:
@@ -43,6 +56,7 @@ def register() -> list[hooks.Change]:
         else:
             raise ValueError(f"unknown change kind {change.how!r} for {change.target}")
 
+    _ensure_visible_logging()
     logger.info(
         "sglang-gemma4-dflash %s on SGLang %s (DFlash worker %s): %s",
         __version__, features.version, features.worker or "none", hooks.describe(changes, left),

@@ -6,7 +6,7 @@
 #                                                  # so the package, its .dist-info and its entry point are on the path
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-OUT=${OUT:-$ROOT/.gpu-site}
+WHEEL_DIR=${WHEEL_DIR:-$ROOT/.gpu-site}
 
 if [ "${1:-build}" = build ]; then
   TMP=$(mktemp -d)
@@ -14,13 +14,13 @@ if [ "${1:-build}" = build ]; then
   PY=${PY:-$( [ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python3 )}
   (cd "$ROOT" && "$PY" -m pip wheel -q --no-deps -w "$TMP" .)
   WHEEL=$(ls "$TMP"/sglang_gemma4_dflash-*.whl)
-  mkdir -p "$OUT"
-  rm -f "$OUT"/sglang_gemma4_dflash-*.whl
-  cp "$WHEEL" "$OUT/"
-  ls -la "$OUT"/sglang_gemma4_dflash-*.whl
+  mkdir -p "$WHEEL_DIR"
+  rm -f "$WHEEL_DIR"/sglang_gemma4_dflash-*.whl
+  cp "$WHEEL" "$WHEEL_DIR/"
+  ls -la "$WHEEL_DIR"/sglang_gemma4_dflash-*.whl
 elif [ "$1" = install ]; then
   SITE=${2:?usage: add_plugin.sh install SITE_DIR}
-  python3 - "$SITE" "$OUT" <<'PY'
+  python3 - "$SITE" "$WHEEL_DIR" <<'PY'
 import glob, os, shutil, sys, zipfile
 site, out = sys.argv[1], sys.argv[2]
 wheels = sorted(glob.glob(os.path.join(out, "sglang_gemma4_dflash-*.whl")))

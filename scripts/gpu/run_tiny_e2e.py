@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import tempfile
 import time
@@ -156,7 +157,9 @@ def without_plugin(target: str, draft: str, piecewise: bool, log_dir: str) -> di
             return {"stage": "served", "matches_plant": [g.output_ids == x for g, x in zip(outs, expected)],
                     "log_tail": server.log_tail(4000)}
     except e2e.ServerError as exc:
-        return {"stage": "startup", "error": str(exc)[-8000:]}
+        text = str(exc)
+        raised = [line.strip() for line in text.splitlines() if re.match(r"^\s*\w+(Error|Exception): ", line)]
+        return {"stage": "startup", "exception": raised[-1] if raised else None, "error": text[-8000:]}
 
 
 def main() -> None:
