@@ -26,6 +26,18 @@ import torch
 DTYPE = torch.float32
 
 
+def sglang_version() -> tuple:
+    from importlib.metadata import version
+
+    return tuple(int(part) for part in version("sglang").split(".")[:3])
+
+
+def softcap_runs_on_cpu() -> bool:
+    """SGLang 0.5.11-0.5.13 soft-cap logits only with a Triton kernel (``fused_softcap``), which has no
+    CPU driver; 0.5.14+ (checked: 0.5.16, 0.5.23) use torch.tanh on CPU."""
+    return sglang_version() >= (0, 5, 14)
+
+
 def cuda_engine_active() -> bool:
     """True where this process drives SGLang's CUDA engine (GPU machines): CPU-engine tests skip there."""
     return torch.cuda.is_available()
@@ -64,13 +76,12 @@ def init_tp1() -> None:
         initialize_model_parallel,
         model_parallel_is_initialized,
     )
-    from sglang.srt.runtime_context import SpawnRanks, publish
     from sglang.srt.server_args import ServerArgs
 
     if torch.distributed.is_initialized() or model_parallel_is_initialized():
         raise RuntimeError("torch.distributed is already initialised in this process; init_tp1() must own it.")
     server_args = ServerArgs(model_path="dummy", device="cpu", tp_size=1, attention_backend="torch_native")
-    publish(server_args, role="test", ranks=SpawnRanks(world_rank=0))
+    _publish_server_args(server_args)
     init_distributed_environment(
         world_size=1,
         rank=0,
@@ -82,6 +93,18 @@ def init_tp1() -> None:
     _initialised = True
 
 
+def _publish_server_args(server_args) -> None:
+    """SGLang 0.5.2x publishes a runtime context; 0.5.11-0.5.16 keep one global ServerArgs."""
+    try:
+        from sglang.srt.runtime_context import SpawnRanks, publish
+    except ImportError:
+        from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+        set_global_server_args_for_scheduler(server_args)
+    else:
+        publish(server_args, role="test", ranks=SpawnRanks(world_rank=0))
+
+
 # --- tiny configs ----------------------------------------------------------------------------------
 
 TEXT_LAYER_TYPES = ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "full_attention"]
@@ -89,8 +112,8 @@ TEXT_LAYER_TYPES = ["sliding_attention", "full_attention", "sliding_attention", 
 
 def tiny_text_config(**overrides):
     """A 5-layer Gemma 4 text config: sliding window 8 (prompts are longer), per-layer inputs,
-    soft-capped logits, tied embeddings. One head_dim for both layer types, as SGLang reads a
-    ``gemma4_text`` config as is."""
+    soft-capped logits (where SGLang can soft-cap on CPU), tied embeddings. One head_dim for both
+    layer types, as SGLang reads a ``gemma4_text`` config as is."""
     from transformers import Gemma4TextConfig
 
     fields = dict(
@@ -106,7 +129,7 @@ def tiny_text_config(**overrides):
         global_head_dim=32,
         hidden_size_per_layer_input=16,
         sliding_window=8,
-        final_logit_softcapping=30.0,
+        final_logit_softcapping=30.0 if softcap_runs_on_cpu() else None,
         tie_word_embeddings=True,
         max_position_embeddings=256,
         architectures=["Gemma4ForCausalLM"],

@@ -22,6 +22,13 @@ def pair(request, sglang_tp1):
     return sglang_tp1, config, hf_model, sgl_model
 
 
+needs_cpu_softcap = pytest.mark.skipif(
+    not __import__("_sglang_cpu").softcap_runs_on_cpu(),
+    reason="this SGLang soft-caps logits only with a Triton kernel, which cannot run on CPU (0.5.13 and older)",
+)
+
+
+@needs_cpu_softcap
 def test_tiny_config_exercises_gemma4_features(sglang_tp1):
     config = sglang_tp1.tiny_text_config()
     assert {"sliding_attention", "full_attention"} <= set(config.layer_types)
@@ -48,6 +55,7 @@ def test_prefill_logits_match_transformers(pair):
         assert int(got.argmax()) == int(ref_logits[-1].argmax())
 
 
+@needs_cpu_softcap
 def test_softcapping_is_applied(pair):
     """The logits are soft-capped: the parity test sees small logits where the cap barely acts, so
     blow the embedding (= tied head) up and check the cap holds."""
@@ -72,6 +80,10 @@ def test_softcapping_is_applied(pair):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    __import__("_sglang_cpu").sglang_version() < (0, 5, 23),
+    reason="SGLang 0.5.13 and 0.5.16 accept only GPU attention backends for Gemma 4 (trtllm_mha, triton, intel_xpu)",
+)
 def test_cpu_server_generates_the_tiny_targets_planted_continuation(tmp_path_factory):
     """SGLang's launcher, scheduler and detokenizer processes (spawned) all run with the stand-ins:
     the server comes up on CPU and greedy /generate follows the tiny target's planted successor map
@@ -123,7 +135,8 @@ def test_standins_cover_every_cpu_guarded_sgl_kernel_import(sglang_tp1):
 
     found = _cpu_guarded_sgl_kernel_imports()
     wanted = {name for names in found.values() for name in names}
-    assert "assign_req_to_token_pool_cpu" in wanted  # the scan sees the known importer
+    if sglang_tp1.sglang_version() >= (0, 5, 23):
+        assert "assign_req_to_token_pool_cpu" in wanted  # the scan sees the known importer
     assert wanted <= set(cpu_standins.STANDIN_NAMES), {f: n for f, n in found.items() if set(n) - set(cpu_standins.STANDIN_NAMES)}
 
 
