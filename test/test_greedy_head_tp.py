@@ -1,6 +1,6 @@
 """The greedy draft head across 1, 2 and 4 real processes joined by SGLang's own TP group (gloo).
 
-Each world size is spawned once (``_dist.run_ranks``); every case runs inside that one spawn and
+Each world size is spawned once (``multiproc.run_ranks``); every case runs inside that one spawn and
 returns its ids to the parent, which checks: the same ids on every rank, equal to a
 full-vocabulary argmax computed here from the same seeded tensors. Heads are SGLang's real
 ``ParallelLMHead`` (vocab-parallel, padded, with added vocabulary) and Gemma 4's real tied head
@@ -14,7 +14,7 @@ import functools
 import pytest
 import torch
 
-import _dist
+from sglang_gemma4_dflash import multiproc
 import _sglang_cpu
 
 H = 8
@@ -178,7 +178,7 @@ def _rank_cases(rank: int, world: int) -> dict:
 @pytest.fixture(scope="module", params=WORLD_SIZES, ids=lambda w: f"tp{w}")
 def ranks(request):
     world = request.param
-    return world, _dist.run_ranks(world, _rank_cases)
+    return world, multiproc.run_ranks(world, _rank_cases)
 
 
 def _same_on_every_rank(results, part):
