@@ -2,9 +2,9 @@
 and by SGLang's own config parsing, model loader and model classes, with a planted greedy pattern
 whose top-1 margin is wide enough to trust a token-identity verdict.
 
-SGLang here is the line installed in the test environment (0.5.23 in the shared venv). Other lines
-are checked in a subprocess when ``SGLANG_0513_PYTHONPATH`` names a PYTHONPATH that imports SGLang
-0.5.13 and its transformers (e.g. ``<dir with transformers 5.8.1 + tokenizers 0.22.2>:<sglang 0.5.13 source>``).
+SGLang here is the line installed in the test environment (0.5.23 in the shared venv, 0.5.13 in
+.venv-0513). SGLang 0.5.13 is also checked in a subprocess (config, loader, model classes, DFlash
+parser) with the interpreter that ``_python_for_0_5_13`` finds.
 """
 
 import json
@@ -280,6 +280,10 @@ def test_sglang_dflash_parser_reads_the_draft(sglang_tp1, tiny_dir):
     assert parsed.resolve_target_layer_ids(target_num_layers=TINY.num_hidden_layers) == list(TINY.target_layer_ids)
 
 
+@pytest.mark.skipif(
+    not __import__("_sglang_cpu").softcap_runs_on_cpu(),
+    reason="this SGLang soft-caps logits only with a Triton kernel, which cannot run on CPU (0.5.13 and older)",
+)
 @pytest.mark.parametrize("key", ["target", "target_mm"])
 def test_sglang_model_predicts_the_planted_successor(sglang_tp1, sglang_models, key):
     from transformers import AutoModelForCausalLM
@@ -373,7 +377,6 @@ def test_sglang_gemma4_processor_serves_text_prompts(sglang_tp1, tiny_dir):
 
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.managers.multimodal_processor import get_mm_processor, import_processors
-    from sglang.srt.runtime_context import SpawnRanks, publish
     from sglang.srt.server_args import ServerArgs
     from sglang.srt.utils.hf_transformers_utils import get_config, get_processor
     from transformers import AutoTokenizer
@@ -381,7 +384,7 @@ def test_sglang_gemma4_processor_serves_text_prompts(sglang_tp1, tiny_dir):
     path = str(tiny_dir["target_mm"])
     # The published test args with the multimodal defaults a server start fills in.
     server_args = ServerArgs(model_path="dummy", device="cpu", tp_size=1, attention_backend="torch_native", mm_process_config={})
-    publish(server_args, role="test", ranks=SpawnRanks(world_rank=0))
+    sglang_tp1._publish_server_args(server_args)
     import_processors("sglang.srt.multimodal.processors")
     processor = get_mm_processor(get_config(path, trust_remote_code=False), server_args, get_processor(path), "default", model_config=ModelConfig(path))
     assert type(processor).__name__ == "Gemma4SGLangProcessor"
@@ -474,13 +477,27 @@ print("RESULT " + json.dumps(out))
 """
 
 
+def _python_for_0_5_13():
+    """An interpreter that imports SGLang 0.5.13: $SGLANG_0513_PYTHON, else the repo's .venv-0513
+    (scripts/make_venv.sh 0.5.13), else this interpreter with $SGLANG_0513_PYTHONPATH in front."""
+    if os.environ.get("SGLANG_0513_PYTHON"):
+        return os.environ["SGLANG_0513_PYTHON"], {}
+    venv = REPO / ".venv-0513" / "bin" / "python"
+    if venv.exists():
+        return str(venv), {}
+    if os.environ.get("SGLANG_0513_PYTHONPATH"):
+        return sys.executable, {"PYTHONPATH": os.environ["SGLANG_0513_PYTHONPATH"]}
+    return None, {}
+
+
 def test_checkpoints_load_in_sglang_0_5_13(tiny_dir):
-    pythonpath = os.environ.get("SGLANG_0513_PYTHONPATH")
-    if not pythonpath:
-        pytest.skip("set SGLANG_0513_PYTHONPATH to a PYTHONPATH importing SGLang 0.5.13 + transformers 5.8.1")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([pythonpath, str(REPO / "python")]))
+    python, extra = _python_for_0_5_13()
+    if python is None:
+        pytest.skip("no SGLang 0.5.13: build .venv-0513 (scripts/make_venv.sh 0.5.13) or set SGLANG_0513_PYTHON")
+    pythonpath = os.pathsep.join([p for p in (extra.get("PYTHONPATH"), str(REPO / "python")) if p])
+    env = dict(os.environ, PYTHONPATH=pythonpath)
     proc = subprocess.run(
-        [sys.executable, "-c", _LINE_CHECK, str(tiny_dir["target"].parent)], env=env, capture_output=True, text=True, timeout=600
+        [python, "-c", _LINE_CHECK, str(tiny_dir["target"].parent)], env=env, capture_output=True, text=True, timeout=600
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-4000:]
