@@ -11,6 +11,8 @@ from sglang_gemma4_dflash.capture import validate_layer_ids
 
 
 def _text_config(config):
+    if isinstance(config, dict):
+        return config.get("text_config") or config
     get_text_config = getattr(config, "get_text_config", None)
     if callable(get_text_config):
         return get_text_config()
