@@ -284,6 +284,18 @@ class _PoolsOnly:
     token_to_kv_pool: object
 
 
+# --- measured differences, printed at the end of the run (conftest.pytest_terminal_summary) ---------
+
+MEASURED: list[tuple[str, float, float]] = []  # (check, max abs diff, tolerance)
+
+
+def record(check: str, detail: str, diff: float, tolerance: float) -> None:
+    """Note one measured max abs diff of ``check`` (e.g. "Gemma4ForCausalLM logits"); printed per test
+    with ``detail`` and summarised per check at the end of the run."""
+    MEASURED.append((check, float(diff), float(tolerance)))
+    print(f"{check} {detail}: max abs diff {diff:.3g} (tolerance {tolerance:g})")
+
+
 # --- transformers reference ------------------------------------------------------------------------
 
 

@@ -24,3 +24,16 @@ def sglang_tp1():
         pytest.skip("this process drives SGLang's CUDA engine; the CPU-engine model tests run on CPU machines")
     _sglang_cpu.init_tp1()
     return _sglang_cpu
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the largest measured SGLang-vs-transformers differences, so they land in the CI log."""
+    if not _sglang_cpu.MEASURED:
+        return
+    worst: dict[str, tuple[float, float, int]] = {}
+    for check, diff, tolerance in _sglang_cpu.MEASURED:
+        old_diff, _, count = worst.get(check, (0.0, tolerance, 0))
+        worst[check] = (max(old_diff, diff), tolerance, count + 1)
+    terminalreporter.section("SGLang vs transformers on CPU (float32): largest max abs diff per check")
+    for check, (diff, tolerance, count) in sorted(worst.items()):
+        terminalreporter.write_line(f"{check}: {diff:.3g} over {count} measurements (tolerance {tolerance:g})")

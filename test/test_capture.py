@@ -52,10 +52,11 @@ def test_captured_states_are_transformers_hidden_states(pair, layer_ids):
         for k, layer_id in enumerate(layer_ids):
             got, want = per_prompt[row][k].float(), ref_hidden[layer_id + 1]
             diff = (got - want).abs().max().item()
-            print(f"{type(sgl_model).__name__} prompt {row} layer {layer_id}: aux max abs diff {diff:.3g}")
+            helpers.record(f"{type(sgl_model).__name__} captured layer vs hidden_states[L + 1]",
+                           f"prompt {row} layer {layer_id}", diff, ATOL)
             torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL)
         logit_diff = (out.next_token_logits[row].float() - ref_logits[-1]).abs().max().item()
-        print(f"{type(sgl_model).__name__} prompt {row}: logits max abs diff {logit_diff:.3g}")
+        helpers.record(f"{type(sgl_model).__name__} logits while capturing", f"prompt {row}", logit_diff, ATOL)
         torch.testing.assert_close(out.next_token_logits[row].float(), ref_logits[-1], atol=ATOL, rtol=RTOL)
 
 
@@ -87,8 +88,8 @@ def test_last_layer_is_captured_before_the_final_norm(pair):
     finally:
         del hf_text.config.tie_last_hidden_states
     diff = (aux - pre_norm[last + 1]).abs().max().item()
-    print(f"{type(sgl_model).__name__} last layer {last}: aux vs pre-norm max abs diff {diff:.3g}, "
-          f"vs transformers hidden_states[-1] (normed) {(aux - normed[last + 1]).abs().max().item():.3g}")
+    helpers.record(f"{type(sgl_model).__name__} captured last layer vs pre-norm state", f"layer {last}", diff, ATOL)
+    print(f"  vs transformers hidden_states[-1] (normed): {(aux - normed[last + 1]).abs().max().item():.3g}")
     torch.testing.assert_close(aux, pre_norm[last + 1], atol=ATOL, rtol=RTOL)
     assert (aux - normed[last + 1]).abs().max().item() > 100 * ATOL
 

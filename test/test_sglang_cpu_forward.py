@@ -50,7 +50,7 @@ def test_prefill_logits_match_transformers(pair):
         ref_logits, _ = helpers.reference(hf_model, prompt)
         got = out.next_token_logits[row].float()
         diff = (got - ref_logits[-1]).abs().max().item()
-        print(f"{type(sgl_model).__name__} prompt {row} (len {prompt.numel()}): logits max abs diff {diff:.3g}")
+        helpers.record(f"{type(sgl_model).__name__} last-token logits", f"prompt {row} (len {prompt.numel()})", diff, ATOL)
         torch.testing.assert_close(got, ref_logits[-1], atol=ATOL, rtol=RTOL)
         assert int(got.argmax()) == int(ref_logits[-1].argmax())
 

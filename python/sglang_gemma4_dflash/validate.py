@@ -38,7 +38,7 @@ def dflash_fields(draft_config) -> dict:
     return fields
 
 
-def validate_draft_against_target(target_config, draft_config, *, draft_path: str = "the draft") -> None:
+def validate_draft_against_target(target_config, draft_config, *, draft_path: str = "<draft>") -> None:
     """Raise ValueError if ``draft_config`` cannot serve ``target_config`` (both HF configs or dicts)."""
     target_text = _text_config(target_config)
     draft_text = _text_config(draft_config)
