@@ -293,7 +293,7 @@ def record(check: str, detail: str, diff: float, tolerance: float) -> None:
     """Note one measured max abs diff of ``check`` (e.g. "Gemma4ForCausalLM logits"); printed per test
     with ``detail`` and summarised per check at the end of the run."""
     MEASURED.append((check, float(diff), float(tolerance)))
-    print(f"{check} {detail}: max abs diff {diff:.3g} (tolerance {tolerance:g})")
+    print(f"{check} {detail}: max abs diff {diff:.3g} (atol {tolerance:g})")
 
 
 # --- transformers reference ------------------------------------------------------------------------

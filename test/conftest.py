@@ -36,4 +36,4 @@ def pytest_terminal_summary(terminalreporter):
         worst[check] = (max(old_diff, diff), tolerance, count + 1)
     terminalreporter.section("SGLang vs transformers on CPU (float32): largest max abs diff per check")
     for check, (diff, tolerance, count) in sorted(worst.items()):
-        terminalreporter.write_line(f"{check}: {diff:.3g} over {count} measurements (tolerance {tolerance:g})")
+        terminalreporter.write_line(f"{check}: {diff:.3g} over {count} measurements (atol {tolerance:g}, rtol 1e-4)")
