@@ -8,6 +8,7 @@ VENV=${2:-.venv-${VERSION//./}}
 PINS=requirements/sglang-${VERSION}-cpu.txt
 [ -f "$PINS" ] || { echo "no pin file $PINS (have: $(ls requirements))" >&2; exit 2; }
 python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --upgrade pip
 "$VENV/bin/python" -m pip install --quiet -r "$PINS"
 "$VENV/bin/python" -m pip install --quiet --no-deps "sglang==${VERSION}"
 "$VENV/bin/python" -m pip install --quiet --no-deps -e .
