@@ -33,9 +33,9 @@ def sglang_version() -> tuple:
 
 
 def softcap_runs_on_cpu() -> bool:
-    """SGLang 0.5.11-0.5.13 soft-cap logits only with a Triton kernel (``fused_softcap``), which has no
-    CPU driver; 0.5.14+ (checked: 0.5.16, 0.5.23) use torch.tanh on CPU."""
-    return sglang_version() >= (0, 5, 14)
+    """SGLang 0.5.13 soft-caps logits only with a Triton kernel (``fused_softcap``), which has no CPU
+    driver; 0.5.16 and 0.5.23 use torch.tanh on CPU. 0.5.14/0.5.15 are not checked: treated as 0.5.13."""
+    return sglang_version() >= (0, 5, 16)
 
 
 def cuda_engine_active() -> bool:
