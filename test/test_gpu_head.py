@@ -1,0 +1,66 @@
+"""The draft head on a CUDA device: fused kernel, eager head and the graph-captured sampler.
+
+Skipped without a GPU (CI has none); run on a GPU machine with `python -m pytest -q test/test_gpu_head.py`.
+The oracle is a full-vocabulary argmax of fp32-accumulated logits rounded to the weight dtype, with
+planted exact ties (lowest id wins).
+"""
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
+
+
+def _head(vocab, hidden, dtype, seed=0):
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    weight = (0.02 * torch.randn(vocab, hidden, generator=gen)).to(dtype)
+    weight[vocab - 3] = weight[vocab // 2]  # an exact tie between two far-apart rows
+    return weight.cuda()
+
+
+def _oracle(hs, weight):
+    logits = (hs.float() @ weight.float().T).to(weight.dtype)
+    return torch.argmax(logits, dim=-1)
+
+
+@pytest.mark.parametrize("tokens", [1, 15, 60, 240, 700])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_eager_head_on_cuda_matches_full_vocab_argmax(tokens, dtype):
+    from sglang_gemma4_dflash.greedy_head import greedy_token_ids
+
+    weight = _head(4099, 320, dtype)
+    hs = torch.randn(tokens, 320, device="cuda").to(dtype)
+    hs[0] = weight[4099 // 2] * 50  # row 2049 and its copy 4096 tie: 2049 must win
+    got = greedy_token_ids(hs, torch.nn.Embedding.from_pretrained(weight), None)
+    want = _oracle(hs, weight)
+    assert int(got[0]) == 4099 // 2
+    near = (got != want).nonzero().flatten()
+    if near.numel():  # only sub-ulp near-ties may break differently from the fp32 oracle
+        logits = hs.float() @ weight.float().T
+        gap = (logits[near, want[near]] - logits[near, got[near]]).abs()
+        assert float(gap.max()) <= 1e-2 * float(logits[near].abs().max()), near.tolist()
+
+
+def test_split_sampler_replays_in_a_cuda_graph():
+    from sglang_gemma4_dflash.draft_sampler import SplitHeadDraftSampler
+
+    block, max_bs = 8, 4
+    weight = _head(3001, 256, torch.bfloat16, seed=1)
+    head = torch.nn.Embedding.from_pretrained(weight)
+    sampler = SplitHeadDraftSampler(head, block_size=block, max_bs=max_bs, tp_group=None)
+    static_hs = torch.zeros(max_bs * block, 256, device="cuda", dtype=torch.bfloat16)
+    with torch.inference_mode():
+        sampler(static_hs)  # warm-up outside the graph (kernel compile)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            sampler(static_hs)
+        for seed in range(3):
+            gen = torch.Generator(device="cpu").manual_seed(seed)
+            static_hs.copy_(torch.randn(max_bs * block, 256, generator=gen).to(torch.bfloat16))
+            graph.replay()
+            torch.cuda.synchronize()
+            draft_rows = static_hs.view(max_bs, block, -1)[:, 1:, :].reshape(-1, 256)
+            want = _oracle(draft_rows, weight)
+            got = sampler.out[: max_bs * (block - 1)]
+            assert (got == want).float().mean() > 0.99, (got != want).nonzero().flatten().tolist()
