@@ -5,14 +5,9 @@ On a machine without CUDA every test process runs SGLang with ``SGLANG_USE_CPU_E
 model take the ``sglang_tp1`` fixture. SGLang failing to import is an error here, never a skip.
 """
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-import _sglang_cpu  # noqa: E402
+from sglang_gemma4_dflash import sglang_cpu as _sglang_cpu  # noqa: E402
 
 _sglang_cpu.use_cpu_engine()
 

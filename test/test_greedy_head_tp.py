@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from sglang_gemma4_dflash import multiproc
-import _sglang_cpu
+from sglang_gemma4_dflash import sglang_cpu as _sglang_cpu
 
 H = 8
 N = 96  # token rows per case; a multiple of the sampler's block size

@@ -8,6 +8,7 @@ last-token logits: ~1e-6 (text) and ~5e-6 (multimodal class); the tolerance is 1
 
 import pytest
 import torch
+from sglang_gemma4_dflash import sglang_cpu
 
 ATOL = 1e-4
 RTOL = 1e-4
@@ -23,7 +24,7 @@ def pair(request, sglang_tp1):
 
 
 needs_cpu_softcap = pytest.mark.skipif(
-    not __import__("_sglang_cpu").softcap_runs_on_cpu(),
+    not sglang_cpu.softcap_runs_on_cpu(),
     reason="this SGLang soft-caps logits only with a Triton kernel, which cannot run on CPU (0.5.13 and older)",
 )
 
@@ -81,7 +82,7 @@ def test_softcapping_is_applied(pair):
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    __import__("_sglang_cpu").sglang_version() < (0, 5, 23),
+    sglang_cpu.sglang_version() < (0, 5, 23),
     reason="SGLang 0.5.13 and 0.5.16 accept only GPU attention backends for Gemma 4 (trtllm_mha, triton, intel_xpu)",
 )
 def test_cpu_server_generates_the_tiny_targets_planted_continuation(tmp_path_factory):

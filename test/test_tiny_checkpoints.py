@@ -20,6 +20,7 @@ import torch
 from sglang_gemma4_dflash import tiny, tiny_tokenizer
 from sglang_gemma4_dflash.tiny import TINY
 from sglang_gemma4_dflash.validate import validate_draft_against_target
+from sglang_gemma4_dflash import sglang_cpu
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -281,7 +282,7 @@ def test_sglang_dflash_parser_reads_the_draft(sglang_tp1, tiny_dir):
 
 
 @pytest.mark.skipif(
-    not __import__("_sglang_cpu").softcap_runs_on_cpu(),
+    not sglang_cpu.softcap_runs_on_cpu(),
     reason="this SGLang soft-caps logits only with a Triton kernel, which cannot run on CPU (0.5.13 and older)",
 )
 @pytest.mark.parametrize("key", ["target", "target_mm"])

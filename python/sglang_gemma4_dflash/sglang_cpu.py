@@ -1,6 +1,6 @@
 """Real SGLang Gemma 4 models on CPU, next to the same model in transformers.
 
-What the tests here need from SGLang, and nothing more:
+Used by the tests and by the main job's capture check. What they need from SGLang, and nothing more:
 
 * ``use_cpu_engine()``: ``SGLANG_USE_CPU_ENGINE=1`` and the ``sgl_kernel`` stand-ins, before anything
   imports SGLang (``conftest.py`` calls it at collection).
@@ -195,6 +195,26 @@ def build_pair(config, seed: int = 0):
     missing = set(dict(sgl_model.named_parameters())) - set(loaded)
     if missing:
         raise AssertionError(f"SGLang {sgl_cls.__name__}.load_weights left parameters unloaded: {sorted(missing)}")
+    return hf_model, sgl_model
+
+
+def load_pair(model_dir):
+    """(transformers model, SGLang model) of a Gemma 4 checkpoint directory, both float32, eval.
+
+    The SGLang model is filled through its own ``load_weights`` from the transformers state dict."""
+    import copy
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    init_tp1()
+    config = AutoConfig.from_pretrained(model_dir)
+    hf_cls, sgl_cls = _classes(config)
+    if config.model_type == "gemma4_text":
+        hf_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPE).eval()
+    else:
+        hf_model = hf_cls.from_pretrained(model_dir, dtype=DTYPE).eval()
+    sgl_model = sgl_cls(copy.deepcopy(config)).to(DTYPE).eval()
+    sgl_model.load_weights(hf_model.state_dict().items())
     return hf_model, sgl_model
 
 

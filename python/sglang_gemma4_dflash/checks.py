@@ -1,0 +1,149 @@
+"""The checks the main job runs on the tiny checkpoints (``python -m sglang_gemma4_dflash``).
+
+Each returns a dict with ``ok`` and the figures it measured, so the main job can print and save them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+CAPTURE_TOLERANCE = 1e-4  # float32 on CPU; measured differences are ~1e-5
+
+
+def _draft_layer_ids(draft_dir) -> list[int]:
+    config = json.loads((Path(draft_dir) / "config.json").read_text())
+    return list(config["dflash_config"]["target_layer_ids"])
+
+
+def _prompt_ids(target_dir, lengths=(11, 40, 23)) -> list[torch.Tensor]:
+    """Deterministic prompts in the tiny target's ordinary-token range, some longer than its sliding window."""
+    from sglang_gemma4_dflash.tiny import TINY
+
+    gen = torch.Generator().manual_seed(7)
+    return [torch.randint(TINY.num_special_tokens, TINY.vocab_size, (n,), generator=gen) for n in lengths]
+
+
+def capture_check(target_dir, draft_dir) -> dict:
+    """SGLang's Gemma4ForCausalLM on CPU with the draft's capture ids, against transformers."""
+    from sglang_gemma4_dflash import sglang_cpu
+    from sglang_gemma4_dflash.capture import set_dflash_layers_to_capture
+
+    hf_model, sgl_model = sglang_cpu.load_pair(target_dir)
+    layer_ids = _draft_layer_ids(draft_dir)
+    set_dflash_layers_to_capture(sgl_model, layer_ids)
+    prompts = _prompt_ids(target_dir)
+    out = sglang_cpu.prefill(sgl_model, prompts)
+
+    hidden = sglang_cpu.text_config_of(sgl_model.config).hidden_size
+    aux_rows = torch.split(out.aux_hidden_states, [p.numel() for p in prompts], dim=0)
+    aux_diff = {layer_id: 0.0 for layer_id in layer_ids}
+    logits_diff = 0.0
+    for row, prompt in enumerate(prompts):
+        ref_logits, ref_hidden = sglang_cpu.reference(hf_model, prompt)
+        for k, layer_id in enumerate(layer_ids):
+            got = aux_rows[row][:, k * hidden:(k + 1) * hidden].float()
+            aux_diff[layer_id] = max(aux_diff[layer_id], (got - ref_hidden[layer_id + 1]).abs().max().item())
+        logits_diff = max(logits_diff, (out.next_token_logits[row].float() - ref_logits[-1]).abs().max().item())
+    ok = max(aux_diff.values()) <= CAPTURE_TOLERANCE and logits_diff <= CAPTURE_TOLERANCE
+    return {"ok": ok, "layer_ids": layer_ids, "aux_max_abs_diff": aux_diff,
+            "logits_max_abs_diff": logits_diff, "tolerance": CAPTURE_TOLERANCE,
+            "prompt_lengths": [int(p.numel()) for p in prompts]}
+
+
+def head_check(target_dir, world_sizes=(1, 2)) -> dict:
+    """The plugin's greedy head on the tiny target's tied head (bf16) against a full-vocabulary argmax.
+
+    Hidden states are the target's real final hidden states on a few prompts plus random ones;
+    at world size t > 1 the head is split over t real gloo processes, as at TP = t.
+    """
+    from sglang_gemma4_dflash import multiproc
+    from sglang_gemma4_dflash.greedy_head import greedy_token_ids
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.bfloat16).eval()
+    weight = model.get_input_embeddings().weight.detach()
+    with torch.no_grad():
+        states = [model(input_ids=p[None], output_hidden_states=True).hidden_states[-1][0]
+                  for p in _prompt_ids(target_dir)]
+    gen = torch.Generator().manual_seed(3)
+    cases = {
+        "target final hidden states": torch.cat(states),
+        "random hidden states": torch.randn(1500, weight.shape[1], generator=gen).to(weight.dtype),
+    }
+    rows = []
+    for case, hs in cases.items():
+        want = torch.argmax(hs @ weight.T, dim=-1)
+        for t in world_sizes:
+            if t == 1:
+                got = [greedy_token_ids(hs, torch.nn.Embedding.from_pretrained(weight), None)]
+            else:
+                got = [torch.tensor(ids) for ids in multiproc.run_ranks(t, _rank_head, hs, weight)]
+            mismatches = max(int((g != want).sum()) for g in got)
+            agree = all(torch.equal(g, got[0]) for g in got)
+            rows.append({"case": f"{case}, tp={t}", "tokens": int(hs.shape[0]), "mismatches": mismatches,
+                         "ranks_agree": agree})
+    ok = all(r["mismatches"] == 0 and r["ranks_agree"] for r in rows)
+    return {"ok": ok, "vocab": int(weight.shape[0]), "hidden": int(weight.shape[1]), "cases": rows}
+
+
+def _rank_head(rank, world_size, hs, weight):
+    """One TP rank: the replicated tied head, split over SGLang's real tensor-parallel group."""
+    from sglang_gemma4_dflash.compat import tp_group
+    from sglang_gemma4_dflash.greedy_head import greedy_token_ids
+
+    ids = greedy_token_ids(hs, torch.nn.Embedding.from_pretrained(weight), tp_group())
+    return ids.tolist()  # plain data back to the parent: the child's tensor storage ends with it
+
+
+def serve_cpu_vs_transformers(target_dir, prompts: list[str], max_new_tokens: int = 24) -> dict:
+    """The tiny target served by SGLang on CPU; every greedy output against transformers' greedy."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from sglang_gemma4_dflash import e2e
+
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.bfloat16).eval()
+    ids = [tokenizer(p)["input_ids"] for p in prompts]
+    expected = []
+    for prompt_ids in ids:
+        with torch.no_grad():
+            out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False)
+        expected.append(out[0, len(prompt_ids):].tolist())
+
+    args = ["--device", "cpu", "--attention-backend", "intel_amx", "--sampling-backend", "pytorch",
+            "--dtype", "bfloat16", "--max-total-tokens", "4096", "--max-running-requests", "4",
+            "--disable-cuda-graph"]
+    with e2e.Server(str(target_dir), args, launcher="sglang_gemma4_dflash.cpu_server") as server:
+        got = e2e.generate_many(server.base_url, ids, max_new_tokens, concurrency=2)
+    verdicts = e2e.compare_outputs(expected, got)
+    rows = [{"prompt": p, "tokens": v.spec_len, "identical": v.identical} for p, v in zip(prompts, verdicts)]
+    return {"ok": all(v.identical for v in verdicts), "prompts": rows}
+
+
+def serve_dflash_vs_plain(target_dir, draft_dir, prompts: list[str], max_new_tokens: int = 40) -> dict:
+    """On a GPU: the tiny target served plainly and with DFLASH (the plugin active); same tokens expected."""
+    from transformers import AutoTokenizer
+
+    from sglang_gemma4_dflash import e2e
+    from sglang_gemma4_dflash.tiny import TINY
+
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    ids = [tokenizer(p)["input_ids"] for p in prompts]
+    common = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--dtype", "bfloat16",
+              "--mem-fraction-static", "0.3", "--max-running-requests", "4", "--cuda-graph-max-bs", "4"]
+    dflash = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", str(draft_dir),
+              "--speculative-num-draft-tokens", str(TINY.block_size),
+              "--speculative-draft-attention-backend", "triton"]
+    with e2e.Server(str(target_dir), common) as server:
+        plain = e2e.generate_many(server.base_url, ids, max_new_tokens, concurrency=2)
+    with e2e.Server(str(target_dir), common + dflash) as server:
+        spec = e2e.generate_many(server.base_url, ids, max_new_tokens, concurrency=2)
+        summary = e2e.spec_summary(e2e.server_info(server.base_url))
+    verdicts = e2e.compare_outputs(plain, spec)
+    rows = [{"prompt": p, "tokens": v.spec_len, "identical": v.identical} for p, v in zip(prompts, verdicts)]
+    ok = all(v.identical for v in verdicts) and summary.speculative_algorithm == "DFLASH"
+    return {"ok": ok, "prompts": rows, "server": summary.as_dict()}
