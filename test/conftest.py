@@ -5,6 +5,10 @@ On a machine without CUDA every test process runs SGLang with ``SGLANG_USE_CPU_E
 model take the ``sglang_tp1`` fixture. SGLang failing to import is an error here, never a skip.
 """
 
+import os
+import sys
+from pathlib import Path
+
 import pytest
 
 from sglang_gemma4_dflash import sglang_cpu as _sglang_cpu  # noqa: E402
@@ -32,3 +36,18 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.section("SGLang vs transformers on CPU (float32): largest max abs diff per check")
     for check, (diff, tolerance, count) in sorted(worst.items()):
         terminalreporter.write_line(f"{check}: {diff:.3g} over {count} measurements (atol {tolerance:g}, rtol 1e-4)")
+
+
+@pytest.fixture(scope="session")
+def sglang_0513():
+    """(python, extra env) of an interpreter that imports SGLang 0.5.13 (the line without upstream Gemma 4
+    DFlash support): $SGLANG_0513_PYTHON (set by .ci/run), else the repo's .venv-0513
+    (scripts/make_venv.sh 0.5.13), else this interpreter with $SGLANG_0513_PYTHONPATH in front."""
+    if os.environ.get("SGLANG_0513_PYTHON"):
+        return os.environ["SGLANG_0513_PYTHON"], {}
+    venv = Path(__file__).resolve().parents[1] / ".venv-0513" / "bin" / "python"
+    if venv.exists():
+        return str(venv), {}
+    if os.environ.get("SGLANG_0513_PYTHONPATH"):
+        return sys.executable, {"PYTHONPATH": os.environ["SGLANG_0513_PYTHONPATH"]}
+    pytest.skip("no SGLang 0.5.13: build .venv-0513 (scripts/make_venv.sh 0.5.13) or set SGLANG_0513_PYTHON")

@@ -49,17 +49,20 @@ PROBE = textwrap.dedent(
         "mm_ours": ours(Gemma4ForConditionalGeneration, "language_model"),
         "hook_counts": {t: len(h) for t, h in HookRegistry._hooks.items()},
         "patched": sorted(HookRegistry._patched),
+        "worker": probe().worker,
         "worker_wrapped": hasattr(worker._greedy_sample_from_vocab_parallel_head, "__wrapped__"),
+        "v1_step_wrapped": hasattr(getattr(worker, "_prepare_for_speculative_decoding", None), "__wrapped__"),
+        "sglang": probe().version,
     }))
     """
 )
 
 
-def run_probe(**env_overrides):
+def run_probe(python=sys.executable, **env_overrides):
     env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1", **env_overrides)
     if env_overrides.get("SGLANG_PLUGINS") is None:
         env.pop("SGLANG_PLUGINS", None)
-    proc = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([python, "-c", PROBE], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 
@@ -122,3 +125,21 @@ def test_plan_without_dflash_touches_no_worker():
     changes, left = hooks.plan(_features(None, upstream_capture=False))
     assert all("set_dflash_layers_to_capture" in c.target for c in changes)
     assert any("no DFLASH worker" in u.why for u in left)
+
+
+def test_on_sglang_0_5_13_the_v1_worker_gets_the_capture_method_and_its_draft_step_hooked(sglang_0513):
+    python, extra = sglang_0513
+    result, log = run_probe(python, **extra)
+    assert result["sglang"].startswith("0.5.13")
+    assert result["worker"] == "v1"
+    assert result["causal_ours"] and result["mm_ours"]  # added: 0.5.13 has no capture method of its own
+    assert result["worker_wrapped"] and result["v1_step_wrapped"]
+    assert any("add models.gemma4_causal.Gemma4ForCausalLM.set_dflash_layers_to_capture" in line
+               for line in log.splitlines()), log[-3000:]
+
+
+def test_on_sglang_0_5_13_without_the_plugin_gemma4_has_no_capture_method(sglang_0513):
+    python, extra = sglang_0513
+    result, _ = run_probe(python, SGLANG_PLUGINS="some_other_plugin", **extra)
+    assert result["worker"] == "v1"
+    assert not result["causal_ours"] and not result["worker_wrapped"] and not result["v1_step_wrapped"]

@@ -478,23 +478,8 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def _python_for_0_5_13():
-    """An interpreter that imports SGLang 0.5.13: $SGLANG_0513_PYTHON, else the repo's .venv-0513
-    (scripts/make_venv.sh 0.5.13), else this interpreter with $SGLANG_0513_PYTHONPATH in front."""
-    if os.environ.get("SGLANG_0513_PYTHON"):
-        return os.environ["SGLANG_0513_PYTHON"], {}
-    venv = REPO / ".venv-0513" / "bin" / "python"
-    if venv.exists():
-        return str(venv), {}
-    if os.environ.get("SGLANG_0513_PYTHONPATH"):
-        return sys.executable, {"PYTHONPATH": os.environ["SGLANG_0513_PYTHONPATH"]}
-    return None, {}
-
-
-def test_checkpoints_load_in_sglang_0_5_13(tiny_dir):
-    python, extra = _python_for_0_5_13()
-    if python is None:
-        pytest.skip("no SGLang 0.5.13: build .venv-0513 (scripts/make_venv.sh 0.5.13) or set SGLANG_0513_PYTHON")
+def test_checkpoints_load_in_sglang_0_5_13(tiny_dir, sglang_0513):
+    python, extra = sglang_0513
     pythonpath = os.pathsep.join([p for p in (extra.get("PYTHONPATH"), str(REPO / "python")) if p])
     env = dict(os.environ, PYTHONPATH=pythonpath)
     proc = subprocess.run(

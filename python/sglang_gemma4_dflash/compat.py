@@ -109,7 +109,11 @@ def probe() -> SGLangFeatures:
 
 
 def tp_group():
-    """SGLang's tensor-parallel GroupCoordinator (the same object on every line we support)."""
+    """SGLang's tensor-parallel GroupCoordinator: ``get_parallel().tp_group`` where the line has a
+    runtime context (0.5.2x, where ``get_tp_group()`` is deprecated), else ``get_tp_group()``."""
+    get_parallel = resolve("sglang.srt.runtime_context.get_parallel")
+    if get_parallel is not None:
+        return get_parallel().tp_group
     from sglang.srt.distributed import get_tp_group
 
     return get_tp_group()
