@@ -119,7 +119,10 @@ def write_configs(root: str) -> dict:
 def server_args(tokenizer_dir: str, max_bs: int, piecewise: bool) -> list[str]:
     args = ["--load-format", "dummy", "--tokenizer-path", tokenizer_dir, "--attention-backend", "triton",
             "--sampling-backend", "pytorch", "--dtype", "bfloat16", "--mem-fraction-static", "0.85",
-            "--context-length", "4096", "--max-running-requests", str(max_bs), "--cuda-graph-max-bs", str(max_bs)]
+            "--context-length", "4096", "--max-running-requests", str(max_bs), "--cuda-graph-max-bs", str(max_bs),
+            # SGLang's warm-up sends an image to a multimodal target; the wrapper's tiny vision tower is not
+            # built for that (it crashed the first run) and decode never needs it: requests carry token ids.
+            "--skip-server-warmup"]
     return args if piecewise else args + ["--disable-piecewise-cuda-graph"]
 
 
