@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -76,10 +77,17 @@ def http_ok(url: str, timeout: float) -> bool:
 
 
 def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free TCP port below 45000: SGLang derives further ports from the server port by adding an offset
+    (0.5.13 refused SGLANG_GRPC_PORT=69435 for a server on 49435)."""
+    for _ in range(200):
+        port = random.randint(20000, 44999)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ServerError("no free port found in 20000-44999")
 
 
 # -------------------------------------------------------------------------------------------------------- server
