@@ -503,3 +503,51 @@ def compare_outputs(plain: Sequence, spec: Sequence) -> list[Verdict]:
             mismatch = min(len(a), len(b))
         verdicts.append(Verdict(i, mismatch is None, mismatch, len(a), len(b)))
     return verdicts
+
+
+# ------------------------------------------------------------------------------------------- registered tests
+
+
+def dflash_server_args(draft_path: str, *, num_draft_tokens: int, draft_attention_backend: str, tp_size: int,
+                       max_running_requests: int) -> list[str]:
+    """The server flags the registered large-model tests launch with (target attention: triton, for Gemma 4's
+    512-wide global heads)."""
+    return [
+        "--speculative-algorithm", "DFLASH",
+        "--speculative-draft-model-path", draft_path,
+        "--speculative-num-draft-tokens", str(num_draft_tokens),
+        "--speculative-draft-attention-backend", draft_attention_backend,
+        "--tp-size", str(tp_size),
+        "--attention-backend", "triton",
+        "--dtype", "bfloat16",
+        "--mem-fraction-static", "0.6",
+        "--context-length", "4096",
+        "--max-running-requests", str(max_running_requests),
+        "--cuda-graph-max-bs", str(max_running_requests),
+    ]
+
+
+def gsm8k_under_dflash(target: str, server_args: list[str], questions: int):
+    """Launch `target` with SGLang's `popen_launch_server`, run SGLang's GSM8K eval (5-shot, completion API,
+    512 new tokens), always kill the server tree. Returns (spec summary at start, eval metrics, spec summary
+    after the eval)."""
+    from types import SimpleNamespace
+
+    from sglang.srt.utils import kill_process_tree
+    from sglang.test.run_eval import run_eval
+    from sglang.test.test_utils import DEFAULT_TIMEOUT_FOR_SERVER_LAUNCH, DEFAULT_URL_FOR_TEST, popen_launch_server
+
+    base_url = DEFAULT_URL_FOR_TEST
+    process = popen_launch_server(target, base_url, timeout=3 * DEFAULT_TIMEOUT_FOR_SERVER_LAUNCH,
+                                  other_args=server_args, env={"HF_HUB_OFFLINE": "1"})
+    try:
+        started = spec_summary(server_info(base_url))
+        metrics = run_eval(SimpleNamespace(
+            base_url=base_url, model=target, eval_name="gsm8k", api="completion", max_tokens=512,
+            num_examples=questions, num_threads=64, num_shots=5,
+            gsm8k_data_path=os.environ.get("GSM8K_DATA_PATH"),
+        ))
+        finished = spec_summary(server_info(base_url))
+    finally:
+        kill_process_tree(process.pid)
+    return started, metrics, finished

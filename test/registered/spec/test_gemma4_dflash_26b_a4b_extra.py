@@ -13,7 +13,6 @@ GEMMA4_DFLASH_26B_A4B_TARGET / GEMMA4_DFLASH_26B_A4B_DRAFT; GSM8K_DATA_PATH name
 
 import os
 import unittest
-from types import SimpleNamespace
 
 try:
     from sglang.test.ci.ci_register import register_cuda_ci
@@ -43,43 +42,14 @@ SKIP_REASON = e2e.skip_reason(
 )
 
 
-def server_args(draft_path: str) -> list[str]:
-    return [
-        "--speculative-algorithm", "DFLASH",
-        "--speculative-draft-model-path", draft_path,
-        "--speculative-num-draft-tokens", str(NUM_DRAFT_TOKENS),
-        "--speculative-draft-attention-backend", DRAFT_ATTENTION_BACKEND,
-        "--tp-size", str(TP_SIZE),
-        "--attention-backend", "triton",  # Gemma 4's 512-wide global heads
-        "--dtype", "bfloat16",
-        "--mem-fraction-static", "0.6",
-        "--context-length", "4096",
-        "--max-running-requests", "32",
-        "--cuda-graph-max-bs", "32",
-    ]
-
-
 @unittest.skipIf(SKIP_REASON is not None, f"Gemma 4 26B-A4B DFLASH: {SKIP_REASON}")
 class TestGemma4DFlash26BA4B(unittest.TestCase):
     def test_gsm8k_accuracy_and_accept_length(self):
-        from sglang.srt.utils import kill_process_tree
-        from sglang.test.run_eval import run_eval
-        from sglang.test.test_utils import DEFAULT_TIMEOUT_FOR_SERVER_LAUNCH, DEFAULT_URL_FOR_TEST, popen_launch_server
-
         target, draft = e2e.local_weights(TARGET), e2e.local_weights(DRAFT)
-        base_url = DEFAULT_URL_FOR_TEST
-        process = popen_launch_server(target, base_url, timeout=3 * DEFAULT_TIMEOUT_FOR_SERVER_LAUNCH,
-                                      other_args=server_args(draft), env={"HF_HUB_OFFLINE": "1"})
-        try:
-            started = e2e.spec_summary(e2e.server_info(base_url))
-            metrics = run_eval(SimpleNamespace(
-                base_url=base_url, model=target, eval_name="gsm8k", api="completion", max_tokens=512,
-                num_examples=GSM8K_QUESTIONS, num_threads=64, num_shots=5,
-                gsm8k_data_path=os.environ.get("GSM8K_DATA_PATH"),
-            ))
-            finished = e2e.spec_summary(e2e.server_info(base_url))
-        finally:
-            kill_process_tree(process.pid)
+        args = e2e.dflash_server_args(draft, num_draft_tokens=NUM_DRAFT_TOKENS,
+                                      draft_attention_backend=DRAFT_ATTENTION_BACKEND, tp_size=TP_SIZE,
+                                      max_running_requests=32)
+        started, metrics, finished = e2e.gsm8k_under_dflash(target, args, GSM8K_QUESTIONS)
 
         print(f"[gemma-4-26B-A4B DFLASH] {started.as_dict()} gsm8k={metrics['score']:.4f} "
               f"avg_spec_accept_length={finished.avg_spec_accept_length}")

@@ -37,22 +37,6 @@ SKIP_REASON = e2e.skip_reason(
 )
 
 
-def server_args(draft_path: str) -> list[str]:
-    return [
-        "--speculative-algorithm", "DFLASH",
-        "--speculative-draft-model-path", draft_path,
-        "--speculative-num-draft-tokens", str(NUM_DRAFT_TOKENS),
-        "--speculative-draft-attention-backend", DRAFT_ATTENTION_BACKEND,
-        "--tp-size", str(TP_SIZE),
-        "--attention-backend", "triton",
-        "--dtype", "bfloat16",
-        "--mem-fraction-static", "0.6",
-        "--context-length", "4096",
-        "--max-running-requests", "8",
-        "--cuda-graph-max-bs", "8",
-    ]
-
-
 @unittest.skipIf(SKIP_REASON is not None, f"Gemma 4 31B multimodal DFLASH: {SKIP_REASON}")
 class TestGemma4DFlash31BImage(unittest.TestCase):
     def test_image_chat_completes_under_dflash(self):
@@ -60,9 +44,12 @@ class TestGemma4DFlash31BImage(unittest.TestCase):
         from sglang.test.test_utils import DEFAULT_TIMEOUT_FOR_SERVER_LAUNCH, DEFAULT_URL_FOR_TEST, popen_launch_server
 
         target, draft = e2e.local_weights(TARGET), e2e.local_weights(DRAFT)
+        args = e2e.dflash_server_args(draft, num_draft_tokens=NUM_DRAFT_TOKENS,
+                                      draft_attention_backend=DRAFT_ATTENTION_BACKEND, tp_size=TP_SIZE,
+                                      max_running_requests=8)
         base_url = DEFAULT_URL_FOR_TEST
         process = popen_launch_server(target, base_url, timeout=3 * DEFAULT_TIMEOUT_FOR_SERVER_LAUNCH,
-                                      other_args=server_args(draft), env={"HF_HUB_OFFLINE": "1"})
+                                      other_args=args, env={"HF_HUB_OFFLINE": "1"})
         try:
             started = e2e.spec_summary(e2e.server_info(base_url))
             answer = e2e.chat(base_url, target, [e2e.image_message(QUESTION, e2e.square_png())], max_tokens=32)
