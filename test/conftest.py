@@ -25,6 +25,15 @@ def sglang_tp1():
     return _sglang_cpu
 
 
+@pytest.fixture(scope="module", params=["Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"])
+def pair(request, sglang_tp1):
+    """(helpers, config, transformers model, SGLang model) for each Gemma 4 target class, same weights."""
+    config = sglang_tp1.tiny_text_config() if request.param == "Gemma4ForCausalLM" else sglang_tp1.tiny_mm_config()
+    hf_model, sgl_model = sglang_tp1.build_pair(config)
+    assert type(sgl_model).__name__ == request.param
+    return sglang_tp1, config, hf_model, sgl_model
+
+
 def pytest_terminal_summary(terminalreporter):
     """Print the largest measured SGLang-vs-transformers differences, so they land in the CI log."""
     if not _sglang_cpu.MEASURED:

@@ -17,13 +17,6 @@ RTOL = 1e-4
 PROMPT_LENGTHS = (13, 6, 20)
 
 
-@pytest.fixture(scope="module", params=["Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"])
-def pair(request, sglang_tp1):
-    config = sglang_tp1.tiny_text_config() if request.param == "Gemma4ForCausalLM" else sglang_tp1.tiny_mm_config()
-    hf_model, sgl_model = sglang_tp1.build_pair(config)
-    return sglang_tp1, config, hf_model, sgl_model
-
-
 def _split(aux, lengths, num_ids, hidden):
     """[tokens, num_ids * hidden] -> per prompt, per id: [len, hidden]."""
     assert aux.shape == (sum(lengths), num_ids * hidden)

@@ -15,14 +15,6 @@ RTOL = 1e-4
 PROMPT_LENGTHS = (13, 6, 20)
 
 
-@pytest.fixture(scope="module", params=["Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"])
-def pair(request, sglang_tp1):
-    config = sglang_tp1.tiny_text_config() if request.param == "Gemma4ForCausalLM" else sglang_tp1.tiny_mm_config()
-    hf_model, sgl_model = sglang_tp1.build_pair(config)
-    assert type(sgl_model).__name__ == request.param
-    return sglang_tp1, config, hf_model, sgl_model
-
-
 needs_cpu_softcap = pytest.mark.skipif(
     not sglang_cpu.softcap_runs_on_cpu(),
     reason="this SGLang soft-caps logits only with a Triton kernel, which cannot run on CPU (0.5.13 and older)",
