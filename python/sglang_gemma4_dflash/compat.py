@@ -8,7 +8,7 @@ package for what it has (modules, classes, methods) rather than by a version tab
 - which Gemma 4 target classes it registers, and whether each already has
   ``set_dflash_layers_to_capture`` from upstream;
 - whether the v2 worker folds the draft head into its CUDA graph (``_maybe_build_draft_sampler``);
-- how to reach the tensor-parallel group.
+- how to reach the tensor-parallel group, the largest draft CUDA-graph batch and the eager-sampler switch.
 
 Other modules ask ``probe()`` and never look at SGLang's layout themselves.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import os
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 
@@ -119,13 +120,15 @@ def tp_group():
     return get_tp_group()
 
 
+@functools.lru_cache(maxsize=1)
+def gemma4_target_classes() -> tuple[type, ...]:
+    """The Gemma 4 target classes of the installed SGLang, resolved once (the draft step asks every step)."""
+    return tuple(cls for cls in map(resolve, GEMMA4_TARGETS) if cls is not None)
+
+
 def is_gemma4_target(model) -> bool:
     """True for an instance of any Gemma 4 target class of the installed SGLang."""
-    for path in GEMMA4_TARGETS:
-        cls = resolve(path)
-        if cls is not None and isinstance(model, cls):
-            return True
-    return False
+    return isinstance(model, gemma4_target_classes())
 
 
 def target_model_of(worker):
@@ -136,3 +139,20 @@ def target_model_of(worker):
 
 def draft_model_runner_of(worker):
     return worker.draft_model_runner
+
+
+def max_draft_graph_bs(worker) -> int:
+    """The largest decode batch the v2 draft CUDA graphs are captured for: 0.5.2x publishes it in the
+    runtime context, 0.5.14-0.5.16 keep it on the worker's server args."""
+    get_exec = resolve("sglang.srt.runtime_context.get_exec")
+    config = get_exec().graph.cuda_graph_config if get_exec is not None else worker.server_args.cuda_graph_config
+    return max(int(bs) for bs in config.decode.bs)
+
+
+def eager_draft_sampler_requested() -> bool:
+    """SGLang's own switch (``SGLANG_DFLASH_EAGER_DRAFT_SAMPLER``) that keeps the v2 draft head out of the graph."""
+    envs = resolve("sglang.srt.environ.envs")
+    flag = getattr(envs, "SGLANG_DFLASH_EAGER_DRAFT_SAMPLER", None)
+    if flag is not None:
+        return bool(flag.get())
+    return os.environ.get("SGLANG_DFLASH_EAGER_DRAFT_SAMPLER", "").strip().lower() in ("1", "true", "yes", "on")

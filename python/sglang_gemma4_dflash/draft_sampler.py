@@ -18,9 +18,9 @@ stage sampling parameters into their samplers), so this sampler has no ``stage_s
 
 from __future__ import annotations
 
-import os
-
 import torch
+
+from sglang_gemma4_dflash import compat
 
 from sglang_gemma4_dflash.greedy_head import (
     DEFAULT_LOGITS_BUDGET_BYTES,
@@ -33,32 +33,8 @@ from sglang_gemma4_dflash.greedy_head import (
     score_local,
 )
 
-EAGER_ENV = "SGLANG_DFLASH_EAGER_DRAFT_SAMPLER"
 # Draft variants whose samplers do more than a greedy head (their own candidates, in-graph sampling).
 VARIANT_ATTRS = ("selector", "lilicorr", "_is_domino")
-
-
-def max_graph_bs(worker) -> int:
-    """The largest decode batch the draft CUDA graphs are captured for, as each SGLang line stores it."""
-    try:
-        from sglang.srt import runtime_context
-    except ImportError:
-        runtime_context = None
-    get_exec = getattr(runtime_context, "get_exec", None)
-    if get_exec is not None:  # 0.5.2x: published config bags
-        config = get_exec().graph.cuda_graph_config
-    else:  # 0.5.14-0.5.16: on the server args
-        config = worker.server_args.cuda_graph_config
-    return max(int(bs) for bs in config.decode.bs)
-
-
-def _eager_requested() -> bool:
-    try:
-        from sglang.srt.environ import envs
-
-        return bool(envs.SGLANG_DFLASH_EAGER_DRAFT_SAMPLER.get())
-    except (ImportError, AttributeError):
-        return os.environ.get(EAGER_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 class SplitHeadDraftSampler:
@@ -97,13 +73,13 @@ class SplitHeadDraftSampler:
         return (
             is_dense_head(lm_head)
             and int(getattr(worker, "block_size", 0)) > 1
-            and not _eager_requested()
+            and not compat.eager_draft_sampler_requested()
             and not any(getattr(worker, name, None) for name in VARIANT_ATTRS)
         )
 
     @classmethod
     def for_worker(cls, worker, lm_head, tp_group) -> "SplitHeadDraftSampler":
-        return cls(lm_head, block_size=worker.block_size, max_bs=max_graph_bs(worker), tp_group=tp_group)
+        return cls(lm_head, block_size=worker.block_size, max_bs=compat.max_draft_graph_bs(worker), tp_group=tp_group)
 
     @torch.no_grad()
     def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor | None = None) -> None:

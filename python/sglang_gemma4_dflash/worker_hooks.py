@@ -11,6 +11,7 @@ import inspect
 import logging
 
 from sglang_gemma4_dflash import compat
+from sglang_gemma4_dflash.draft_sampler import SplitHeadDraftSampler
 from sglang_gemma4_dflash.greedy_head import greedy_token_ids, is_dense_head
 from sglang_gemma4_dflash.validate import validate_draft_against_target
 
@@ -80,18 +81,14 @@ def build_split_sampler(original, self, *args, **kwargs):
     plugin returns its split sampler: each rank scores 1/tp of the vocabulary inside the draft CUDA
     graph and all ranks pick from the same gathered candidates.
     """
-    from sglang_gemma4_dflash.draft_sampler import SplitHeadDraftSampler
-
     target_model = compat.target_model_of(self)
     lm_head = getattr(target_model, "lm_head", None)
     tp_group = compat.tp_group()
-    plain_variant = not any(getattr(self, name, None) for name in ("selector", "lilicorr", "_is_domino"))
     if (
         lm_head is None
         or not compat.is_gemma4_target(target_model)
         or not _is_replicated(lm_head)
         or int(tp_group.world_size) == 1
-        or not plain_variant
         or not SplitHeadDraftSampler.supports(self, lm_head)
     ):
         return original(self, *args, **kwargs)
