@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 try:
-    from sglang_gemma4_dflash import tiny
+    from sglang_gemma4_dflash_testkit import tiny
 except ImportError:  # running from a checkout without the package installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-    from sglang_gemma4_dflash import tiny
+    from sglang_gemma4_dflash_testkit import tiny
 
 
 def main(argv=None) -> int:

@@ -1,7 +1,7 @@
 """Test bootstrap: SGLang's CPU engine for this process, before any test module imports SGLang.
 
 On a machine without CUDA every test process runs SGLang with ``SGLANG_USE_CPU_ENGINE=1`` and the
-``sgl_kernel`` stand-ins (see ``sglang_gemma4_dflash.cpu_standins``). Tests that need a real SGLang
+``sgl_kernel`` stand-ins (see ``sglang_gemma4_dflash_testkit.cpu_standins``). Tests that need a real SGLang
 model take the ``sglang_tp1`` fixture. SGLang failing to import is an error here, never a skip.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_gemma4_dflash import sglang_cpu as _sglang_cpu  # noqa: E402
+from sglang_gemma4_dflash_testkit import sglang_cpu as _sglang_cpu  # noqa: E402
 
 _sglang_cpu.use_cpu_engine()
 

@@ -10,7 +10,7 @@ Both sides run in float32 on CPU; measured max abs diff of captured states ~3e-5
 import pytest
 import torch
 
-from sglang_gemma4_dflash.capture import set_dflash_layers_to_capture
+from sglang_gemma4_dflash.gemma4.capture import set_dflash_layers_to_capture
 
 ATOL = 1e-4
 RTOL = 1e-4

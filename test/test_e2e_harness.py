@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from sglang_gemma4_dflash import e2e
+from sglang_gemma4_dflash_testkit import e2e
 
 FAKE_LAUNCHER = textwrap.dedent('''
     """Answers like an SGLang server. --mode: ok | old (0.5.13: no /server_info) | exit | never | slow."""
@@ -76,7 +76,7 @@ def launcher(tmp_path):
 
 def test_command_uses_given_launcher_module():
     s = e2e.Server("/m", ["--tp-size", 2], launcher=e2e.CPU_LAUNCHER, port=1234)
-    assert s.command() == [sys.executable, "-m", "sglang_gemma4_dflash.cpu_server", "--model-path", "/m",
+    assert s.command() == [sys.executable, "-m", "sglang_gemma4_dflash_testkit.cpu_server", "--model-path", "/m",
                            "--host", "127.0.0.1", "--port", "1234", "--tp-size", "2"]
 
 

@@ -1,4 +1,4 @@
-"""The draft head on a CUDA device: fused kernel, eager head and the graph-captured sampler.
+"""The draft head on a CUDA device: the eager head and the graph-captured split sampler.
 
 Skipped without a GPU (CI has none); run on a GPU machine with `python -m pytest -q test/test_gpu_head.py`.
 The oracle is a full-vocabulary argmax of fp32-accumulated logits rounded to the weight dtype, with
@@ -26,7 +26,7 @@ def _oracle(hs, weight):
 @pytest.mark.parametrize("tokens", [1, 15, 60, 240, 700])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_eager_head_on_cuda_matches_full_vocab_argmax(tokens, dtype):
-    from sglang_gemma4_dflash.greedy_head import greedy_token_ids
+    from sglang_gemma4_dflash.head.greedy import greedy_token_ids
 
     weight = _head(4099, 320, dtype)
     hs = torch.randn(tokens, 320, device="cuda").to(dtype)
@@ -42,7 +42,7 @@ def test_eager_head_on_cuda_matches_full_vocab_argmax(tokens, dtype):
 
 
 def test_split_sampler_replays_in_a_cuda_graph():
-    from sglang_gemma4_dflash.draft_sampler import SplitHeadDraftSampler
+    from sglang_gemma4_dflash.dflash.draft_sampler import SplitHeadDraftSampler
 
     block, max_bs = 8, 4
     weight = _head(3001, 256, torch.bfloat16, seed=1)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_gemma4_dflash.draft_sampler import SplitHeadDraftSampler
-from sglang_gemma4_dflash.greedy_head import (
+from sglang_gemma4_dflash.dflash.draft_sampler import SplitHeadDraftSampler
+from sglang_gemma4_dflash.head.greedy import (
     MIN_BLOCK_ROWS,
     NO_TOKEN,
     UnsupportedHeadError,
@@ -338,45 +338,3 @@ def test_draft_sampler_supports(monkeypatch):
         assert not SplitHeadDraftSampler.supports(_Worker(**variant), dense)
     monkeypatch.setenv("SGLANG_DFLASH_EAGER_DRAFT_SAMPLER", "1")
     assert not SplitHeadDraftSampler.supports(_Worker(), dense)
-
-
-# --------------------------------------------------------------------------- the fused-kernel seam
-
-
-@pytest.fixture
-def kernel_calls(monkeypatch):
-    """Route the fused path to ``rows_argmax_reference`` (same contract, runs on CPU) and count calls.
-
-    On CUDA ``score_local`` calls ``head_argmax.rows_argmax`` once per row range with absolute row
-    bounds; this checks what the head does around it (row -> token id, merge across ranges and ranks).
-    """
-    from sglang_gemma4_dflash.kernels import head_argmax
-
-    calls = []
-
-    def rows_argmax(hidden, weight, row_start, row_end, out_max, out_idx):
-        calls.append((row_start, row_end))
-        head_argmax.rows_argmax_reference(hidden, weight, row_start, row_end, out_max, out_idx, block_rows=100)
-
-    monkeypatch.setattr(head_argmax, "supports", lambda hidden, weight: True)
-    monkeypatch.setattr(head_argmax, "rows_argmax", rows_argmax)
-    return calls
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fused_path_matches_oracle_for_shards_and_slices(kernel_calls, dtype):
-    gen = torch.Generator().manual_seed(7)
-    full = int_tensor(gen, 1000, 8, dtype=dtype)
-    hidden = int_tensor(gen, 200, 8, dtype=dtype)
-    expected = oracle(hidden, full)
-    shards = [shard_of(1000, 900, r, 4) for r in range(4)]  # added rows sit past padding
-    assert torch.equal(combine_ranks(hidden, [Head(local_weight(full, s), s, tp_size=4) for s in shards]), expected)
-    assert torch.equal(combine_ranks(hidden, [Head(full)] * 3), expected)  # slices start mid-weight
-    assert torch.equal(greedy_token_ids(hidden, Head(full)), expected)
-    last = shards[-1]  # its added rows: [num_org_padded, + num_added), a short range after padding
-    assert last.num_added_elements < last.num_added_elements_padded
-    assert (last.num_org_elements_padded, last.num_org_elements_padded + last.num_added_elements) in kernel_calls
-    assert (333, 666) in kernel_calls and (0, 1000) in kernel_calls
-    kernel_calls.clear()
-    greedy_token_ids(hidden, Head(full), fused=False)
-    assert kernel_calls == []

@@ -14,8 +14,8 @@ import functools
 import pytest
 import torch
 
-from sglang_gemma4_dflash import multiproc
-from sglang_gemma4_dflash import sglang_cpu as _sglang_cpu
+from sglang_gemma4_dflash_testkit import multiproc
+from sglang_gemma4_dflash_testkit import sglang_cpu as _sglang_cpu
 
 H = 8
 N = 96  # token rows per case; a multiple of the sampler's block size
@@ -123,8 +123,8 @@ def _rank_cases(rank: int, world: int) -> dict:
     from sglang.srt.layers.vocab_parallel_embedding import ParallelLMHead
     from sglang.srt.models.gemma4_causal import Gemma4TextScaledWordEmbedding
 
-    from sglang_gemma4_dflash.draft_sampler import SplitHeadDraftSampler
-    from sglang_gemma4_dflash.greedy_head import greedy_token_ids, layout_for_head
+    from sglang_gemma4_dflash.dflash.draft_sampler import SplitHeadDraftSampler
+    from sglang_gemma4_dflash.head.greedy import greedy_token_ids, layout_for_head
 
     group = get_tp_group()
     assert (group.world_size, group.rank_in_group) == (world, rank)

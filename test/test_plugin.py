@@ -18,7 +18,7 @@ PROBE = textwrap.dedent(
     """
     import json, logging, sys
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    from sglang_gemma4_dflash.cpu_standins import install
+    from sglang_gemma4_dflash_testkit.cpu_standins import install
     install()
     from sglang.srt.plugins import load_plugins
     from sglang.srt.plugins.hook_registry import HookRegistry

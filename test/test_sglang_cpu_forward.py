@@ -8,7 +8,7 @@ last-token logits: ~1e-6 (text) and ~5e-6 (multimodal class); the tolerance is 1
 
 import pytest
 import torch
-from sglang_gemma4_dflash import sglang_cpu
+from sglang_gemma4_dflash_testkit import sglang_cpu
 
 ATOL = 1e-4
 RTOL = 1e-4
@@ -69,7 +69,7 @@ def test_softcapping_is_applied(pair):
     assert logits.abs().max().item() > 0.9 * cap
 
 
-# --- the whole server: python -m sglang_gemma4_dflash.cpu_server ------------------------------------
+# --- the whole server: python -m sglang_gemma4_dflash_testkit.cpu_server ------------------------------------
 
 
 @pytest.mark.slow
@@ -81,7 +81,7 @@ def test_cpu_server_generates_the_tiny_targets_planted_continuation(tmp_path_fac
     """SGLang's launcher, scheduler and detokenizer processes (spawned) all run with the stand-ins:
     the server comes up on CPU and greedy /generate follows the tiny target's planted successor map
     (prompts longer than its sliding window of 16, batched concurrently)."""
-    from sglang_gemma4_dflash import e2e, tiny
+    from sglang_gemma4_dflash_testkit import e2e, tiny
 
     paths = tiny.write_tiny_checkpoints(tmp_path_factory.mktemp("tiny"))
     prompts = e2e.token_prompts(tiny.TINY.vocab_size, [5, 23, 40], seed=3, low=tiny.TINY.num_special_tokens)
@@ -124,7 +124,7 @@ def _cpu_guarded_sgl_kernel_imports():
 
 
 def test_standins_cover_every_cpu_guarded_sgl_kernel_import(sglang_tp1):
-    from sglang_gemma4_dflash import cpu_standins
+    from sglang_gemma4_dflash_testkit import cpu_standins
 
     found = _cpu_guarded_sgl_kernel_imports()
     wanted = {name for names in found.values() for name in names}
@@ -136,7 +136,7 @@ def test_standins_cover_every_cpu_guarded_sgl_kernel_import(sglang_tp1):
 def test_standins_raise_when_called(sglang_tp1):
     import sgl_kernel
 
-    from sglang_gemma4_dflash import cpu_standins
+    from sglang_gemma4_dflash_testkit import cpu_standins
 
     assert cpu_standins.is_installed()
     for name in cpu_standins.STANDIN_NAMES:

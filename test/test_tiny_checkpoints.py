@@ -1,4 +1,4 @@
-"""The tiny checkpoints (sglang_gemma4_dflash.tiny): written deterministically, loadable by transformers
+"""The tiny checkpoints (sglang_gemma4_dflash_testkit.tiny): written deterministically, loadable by transformers
 and by SGLang's own config parsing, model loader and model classes, with a planted greedy pattern
 whose top-1 margin is wide enough to trust a token-identity verdict.
 
@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from sglang_gemma4_dflash import tiny, tiny_tokenizer
-from sglang_gemma4_dflash.tiny import TINY
-from sglang_gemma4_dflash.validate import validate_draft_against_target
-from sglang_gemma4_dflash import sglang_cpu
+from sglang_gemma4_dflash_testkit import tiny, tiny_tokenizer
+from sglang_gemma4_dflash_testkit.tiny import TINY
+from sglang_gemma4_dflash.gemma4.validate import validate_draft_against_target
+from sglang_gemma4_dflash_testkit import sglang_cpu
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -444,7 +444,7 @@ def test_mask_token_id_outside_the_vocab_is_named_by_the_plugin(sglang_tp1, tiny
 _LINE_CHECK = r"""
 import json, os, socket, sys
 os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
-from sglang_gemma4_dflash import cpu_standins
+from sglang_gemma4_dflash_testkit import cpu_standins
 cpu_standins.install()
 import sglang
 from sglang.srt.server_args import ServerArgs

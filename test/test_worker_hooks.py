@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sglang_gemma4_dflash import worker_hooks
-from sglang_gemma4_dflash.tiny import TINY, write_tiny_checkpoints
+from sglang_gemma4_dflash.dflash import worker_hooks
+from sglang_gemma4_dflash_testkit.tiny import TINY, write_tiny_checkpoints
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ def head_self_check(device: str, *, vocab: int = 50_000, hidden: int = 512, toke
     """The plugin's greedy head against a full-vocabulary argmax on ``device`` (exact ids expected)."""
     import torch
 
-    from sglang_gemma4_dflash.greedy_head import greedy_token_ids
+    from sglang_gemma4_dflash.head.greedy import greedy_token_ids
 
     gen = torch.Generator(device="cpu").manual_seed(seed)
     # Integer-valued inputs: every logit is exact in fp32, so the oracle has one right answer.

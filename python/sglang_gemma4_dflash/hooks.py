@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from sglang_gemma4_dflash import capture, worker_hooks
+from sglang_gemma4_dflash.dflash import worker_hooks
+from sglang_gemma4_dflash.gemma4 import capture
 from sglang_gemma4_dflash.compat import SGLangFeatures
 
 ADD, REPLACE, AROUND = "add", "replace", "around"

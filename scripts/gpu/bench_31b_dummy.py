@@ -31,8 +31,8 @@ import os
 import tempfile
 import time
 
-from sglang_gemma4_dflash import e2e
-from sglang_gemma4_dflash.tiny import TINY, mm_config, write_tiny_checkpoints
+from sglang_gemma4_dflash_testkit import e2e
+from sglang_gemma4_dflash_testkit.tiny import TINY, mm_config, write_tiny_checkpoints
 
 ACCEPT_LENGTHS = (5.4, 6.46)
 N_SHORT, N_LONG = 32, 160

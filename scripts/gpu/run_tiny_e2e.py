@@ -14,7 +14,7 @@ Phases (each writes its part of the JSON as soon as it is done, so a timeout kee
 Servers: triton attention for target and draft, --sampling-backend pytorch, piecewise CUDA graphs off unless
 --piecewise (decode CUDA graphs stay on). Progress goes to stdout.
 
---cpu runs the same flow on a machine without a GPU (SGLang's CPU engine through sglang_gemma4_dflash.cpu_server):
+--cpu runs the same flow on a machine without a GPU (SGLang's CPU engine through sglang_gemma4_dflash_testkit.cpu_server):
 a dry run of this script only - SGLang refuses DFLASH on CPU, so the DFLASH servers record their startup error.
 """
 
@@ -30,8 +30,8 @@ import tempfile
 import time
 import traceback
 
-from sglang_gemma4_dflash import e2e
-from sglang_gemma4_dflash.tiny import TINY, planted_continuation, write_tiny_checkpoints
+from sglang_gemma4_dflash_testkit import e2e
+from sglang_gemma4_dflash_testkit.tiny import TINY, planted_continuation, write_tiny_checkpoints
 
 NUM_PROMPTS = 18
 CONCURRENT = 8

@@ -22,7 +22,7 @@ except ImportError:  # SGLang not importable: the marker is a no-op at run time 
         return None
 
 
-from sglang_gemma4_dflash import e2e
+from sglang_gemma4_dflash_testkit import e2e
 
 register_cuda_ci(est_time=900, stage="extra-a", runner_config="2-gpu-large")
 

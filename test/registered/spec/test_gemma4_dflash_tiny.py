@@ -1,6 +1,6 @@
 """DFLASH on a tiny Gemma 4 target gives exactly the plain server's greedy tokens (one GPU, no network).
 
-Two real SGLang servers on the same tiny target (the checkpoints come from sglang_gemma4_dflash.tiny, written to a
+Two real SGLang servers on the same tiny target (the checkpoints come from sglang_gemma4_dflash_testkit.tiny, written to a
 temporary directory): a plain one and a DFLASH one with the tiny DFlash draft, triton attention for target and
 draft, `--sampling-backend pytorch`. 18 greedy prompts go to each, some longer than the target's sliding window,
 the last 8 in flight together. The plain outputs must follow the target's planted successor map (so the comparison
@@ -24,7 +24,7 @@ except ImportError:  # SGLang not importable: the marker is a no-op at run time 
         return None
 
 
-from sglang_gemma4_dflash import e2e
+from sglang_gemma4_dflash_testkit import e2e
 
 register_cuda_ci(est_time=300, stage="base-b", runner_config="1-gpu-small")
 
@@ -71,7 +71,7 @@ def prompt_lengths(window: int) -> list[int]:
 @unittest.skipIf(SKIP_REASON is not None, f"tiny Gemma 4 DFLASH: {SKIP_REASON}")
 class TestGemma4DFlashTiny(unittest.TestCase):
     def test_dflash_tokens_equal_plain_greedy(self):
-        from sglang_gemma4_dflash.tiny import TINY, planted_continuation, write_tiny_checkpoints
+        from sglang_gemma4_dflash_testkit.tiny import TINY, planted_continuation, write_tiny_checkpoints
 
         with tempfile.TemporaryDirectory() as root:
             paths = write_tiny_checkpoints(root)

@@ -7,7 +7,7 @@ Upstream refuses to do this at TP > 1 for a head without ``shard_indices`` (Gemm
 ``embed_tokens``) and keeps that head eager, scoring the whole vocabulary on every rank unsynced.
 
 ``SplitHeadDraftSampler`` keeps the same contract (``sampler(hidden_states, input_ids)`` during
-capture, ``sampler.out`` after replay) and uses ``greedy_head``'s pieces: each rank scores its
+capture, ``sampler.out`` after replay) and uses ``head.greedy``'s pieces: each rank scores its
 1/tp slice of the vocabulary, the ranks exchange one packed ``(value, id)`` tensor, and all pick
 the same token. Buffers are allocated once for the largest captured batch; nothing syncs with the
 host and no shape depends on data.
@@ -22,7 +22,7 @@ import torch
 
 from sglang_gemma4_dflash import compat
 
-from sglang_gemma4_dflash.greedy_head import (
+from sglang_gemma4_dflash.head.greedy import (
     DEFAULT_LOGITS_BUDGET_BYTES,
     dense_weight,
     exchange_candidates,
@@ -48,7 +48,6 @@ class SplitHeadDraftSampler:
         max_bs: int,
         tp_group=None,
         budget_bytes: int = DEFAULT_LOGITS_BUDGET_BYTES,
-        fused: bool = True,
     ):
         if int(block_size) < 2:
             raise ValueError(f"SplitHeadDraftSampler: block_size={block_size} drafts no token; needs >= 2.")
@@ -58,7 +57,6 @@ class SplitHeadDraftSampler:
         self.tp_group = tp_group
         self.block_size = int(block_size)
         self.budget_bytes = int(budget_bytes)
-        self.fused = bool(fused)
         max_tokens = int(max_bs) * (self.block_size - 1)
         device = self.weight.device
         # Written in the graph, read by the worker after replay (fixed address).
@@ -87,7 +85,7 @@ class SplitHeadDraftSampler:
         bs = hidden_states.shape[0] // self.block_size
         hidden = hidden_states.view(bs, self.block_size, -1)[:, 1:, :].reshape(-1, hidden_states.shape[-1])
         n = hidden.shape[0]
-        values, ids = score_local(hidden, self.weight, self.layout, budget_bytes=self.budget_bytes, fused=self.fused)
+        values, ids = score_local(hidden, self.weight, self.layout, budget_bytes=self.budget_bytes)
         if self.layout.tp_size > 1:
             t = self.layout.tp_size
             candidates = exchange_candidates(

@@ -1,6 +1,6 @@
 """The main job: everything the plugin does, shown on the tiny offline checkpoints.
 
-    python -m sglang_gemma4_dflash [--workdir .tiny] [--out main_job.json] [--skip-server]
+    python -m sglang_gemma4_dflash_testkit [--workdir .tiny] [--out main_job.json] [--skip-server]
 
 Without a GPU:
   1. what the plugin installs into the installed SGLang (the doctor report),
@@ -58,7 +58,7 @@ def show_plugin() -> dict:
 
 @stage("tiny offline checkpoints")
 def make_checkpoints(workdir: Path) -> dict:
-    from sglang_gemma4_dflash.tiny import write_tiny_checkpoints
+    from sglang_gemma4_dflash_testkit.tiny import write_tiny_checkpoints
 
     paths = write_tiny_checkpoints(workdir)
     for name, path in paths.items():
@@ -69,7 +69,7 @@ def make_checkpoints(workdir: Path) -> dict:
 
 @stage("capture: SGLang Gemma 4 on CPU vs transformers hidden_states[L + 1]")
 def check_capture(paths: dict) -> dict:
-    from sglang_gemma4_dflash import checks
+    from sglang_gemma4_dflash_testkit import checks
 
     result = checks.capture_check(paths["target"], paths["draft"])
     for layer_id, diff in result["aux_max_abs_diff"].items():
@@ -80,7 +80,7 @@ def check_capture(paths: dict) -> dict:
 
 @stage("draft head: plugin head vs full-vocabulary argmax on the tiny tied head")
 def check_head(paths: dict) -> dict:
-    from sglang_gemma4_dflash import checks
+    from sglang_gemma4_dflash_testkit import checks
 
     result = checks.head_check(paths["target"])
     for row in result["cases"]:
@@ -90,7 +90,7 @@ def check_head(paths: dict) -> dict:
 
 @stage("serve: tiny Gemma 4 through SGLang, greedy, against transformers")
 def serve(paths: dict, use_gpu: bool) -> dict:
-    from sglang_gemma4_dflash import checks
+    from sglang_gemma4_dflash_testkit import checks
 
     if use_gpu:
         result = checks.serve_dflash_vs_plain(paths["target"], paths["draft"], PROMPTS)
@@ -102,7 +102,7 @@ def serve(paths: dict, use_gpu: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sglang_gemma4_dflash", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m sglang_gemma4_dflash_testkit", description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=Path(".tiny"), help="where the tiny checkpoints go")
     parser.add_argument("--out", type=Path, default=None, help="JSON summary (default: WORKDIR/main_job.json)")
     parser.add_argument("--skip-server", action="store_true", help="skip step 5 (starting an SGLang server)")
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "0" if _has_gpu() else "1")
     use_gpu = _has_gpu()
     if not use_gpu:
-        from sglang_gemma4_dflash import cpu_standins
+        from sglang_gemma4_dflash_testkit import cpu_standins
 
         cpu_standins.install()
 
@@ -137,6 +137,3 @@ def _has_gpu() -> bool:
 
     return torch.cuda.is_available()
 
-
-if __name__ == "__main__":
-    sys.exit(main())

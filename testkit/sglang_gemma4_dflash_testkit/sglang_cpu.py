@@ -52,7 +52,7 @@ def use_cpu_engine() -> None:
     if os.environ.get("SGLANG_USE_CPU_ENGINE") != "1" and any(m.startswith("sglang.") for m in sys.modules):
         raise RuntimeError("SGLang was imported before SGLANG_USE_CPU_ENGINE=1 was set; the CPU engine needs it first.")
     os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
-    from sglang_gemma4_dflash import cpu_standins
+    from sglang_gemma4_dflash_testkit import cpu_standins
 
     cpu_standins.install()
 

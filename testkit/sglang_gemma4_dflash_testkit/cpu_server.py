@@ -1,11 +1,11 @@
 """Serve with SGLang's CPU engine on a machine without a GPU: ``python -m sglang.launch_server`` plus
 the ``sgl_kernel`` stand-ins, in every process of the server.
 
-    python -m sglang_gemma4_dflash.cpu_server --model-path <dir> --device cpu [launch_server args]
+    python -m sglang_gemma4_dflash_testkit.cpu_server --model-path <dir> --device cpu [launch_server args]
 
 SGLang's launcher starts its scheduler, tokenizer and detokenizer processes with multiprocessing's
 ``spawn`` start method. A spawned child imports the parent's ``__main__`` module by name (here
-``sglang_gemma4_dflash.cpu_server``, as ``__mp_main__``) *before* it unpickles its target, and the
+``sglang_gemma4_dflash_testkit.cpu_server``, as ``__mp_main__``) *before* it unpickles its target, and the
 target's unpickling is what imports SGLang. So the two lines at module level below run first in the
 launcher and in every child: the CPU engine is selected and the stand-ins are in ``sys.modules``
 before any SGLang module looks for ``sgl_kernel``. Nothing is written into site-packages and SGLang
@@ -33,7 +33,7 @@ import sys
 
 os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
 
-from sglang_gemma4_dflash import cpu_standins  # noqa: E402
+from sglang_gemma4_dflash_testkit import cpu_standins  # noqa: E402
 
 cpu_standins.install()
 

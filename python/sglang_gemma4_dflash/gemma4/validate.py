@@ -7,7 +7,7 @@ These checks run before the DFlash worker builds anything and name the value and
 
 from __future__ import annotations
 
-from sglang_gemma4_dflash.capture import validate_layer_ids
+from sglang_gemma4_dflash.gemma4.capture import validate_layer_ids
 
 
 def _text_config(config):

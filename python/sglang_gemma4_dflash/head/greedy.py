@@ -7,8 +7,7 @@ without materialising all logits at once. Three pieces, each usable on its own:
 - ``layout_for_head(lm_head, tp_rank, tp_size)``: which rows of ``lm_head.weight`` this rank
   scores and the global token id of each (a ``VocabLayout``), computed once;
 - ``score_local(hidden, weight, layout)``: this rank's best ``(value, id)`` per row, looping over
-  vocabulary blocks with a running merge (the weight is read once), or on CUDA one pass of the
-  fused kernel ``kernels.head_argmax.rows_argmax`` per row range;
+  vocabulary blocks with a running merge (the weight is read once);
 - ``pick_global(values, ids)``: the max value over ranks, then the lowest id among equal values.
 
 Which rows a rank scores:
@@ -34,10 +33,8 @@ from dataclasses import dataclass
 
 import torch
 
-from sglang_gemma4_dflash.kernels import head_argmax
-
 DENSE_HEAD_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-DEFAULT_LOGITS_BUDGET_BYTES = 16 << 20  # one vocabulary block of logits at most this large
+DEFAULT_LOGITS_BUDGET_BYTES = 128 << 20  # one vocabulary block of logits at most this large (upstream: 256 x vocab)
 MIN_BLOCK_ROWS = 128
 NO_TOKEN = 2**53  # id of an empty candidate (a rank with no rows); never the lowest id
 
@@ -157,14 +154,8 @@ def vocab_block_rows(num_tokens: int, itemsize: int, budget_bytes: int = DEFAULT
     return max(MIN_BLOCK_ROWS, rows // MIN_BLOCK_ROWS * MIN_BLOCK_ROWS)
 
 
-def _range_best(hidden: torch.Tensor, weight: torch.Tensor, r: RowRange, step: int, fused: bool):
-    """``(max [N], global id [N])`` per piece of one row range, pieces in ascending id order."""
-    if fused and head_argmax.supports(hidden, weight):  # one fused pass over the range (CUDA, Triton)
-        v = torch.empty((hidden.shape[0],), dtype=torch.float32, device=hidden.device)
-        i = torch.empty((hidden.shape[0],), dtype=torch.int64, device=hidden.device)
-        head_argmax.rows_argmax(hidden, weight, r.first_row, r.first_row + r.num_rows, v, i)
-        yield v, i + (r.first_id - r.first_row)  # absolute row -> token id
-        return
+def _range_best(hidden: torch.Tensor, weight: torch.Tensor, r: RowRange, step: int):
+    """``(max [N], global id [N])`` per vocabulary block of one row range, blocks in ascending id order."""
     for offset in range(0, r.num_rows, step):
         logits = hidden @ weight.narrow(0, r.first_row + offset, min(step, r.num_rows - offset)).T
         v, i = logits.max(dim=-1)  # the first (lowest) index among equal maxima
@@ -177,23 +168,20 @@ def score_local(
     layout: VocabLayout,
     *,
     budget_bytes: int = DEFAULT_LOGITS_BUDGET_BYTES,
-    fused: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """This rank's best ``(value [N], global id [N] int64)`` per row of ``hidden_states``.
 
-    Each row range is scored in vocabulary blocks of ``budget_bytes`` of logits (``torch.matmul``),
-    or, with ``fused`` where ``kernels.head_argmax`` supports the tensors, in one fused kernel pass
-    that never writes logits. Pieces come in ascending id order and are merged keeping the larger
-    value, then the lower id, so the result equals an argmax over all rows of the layout. Values are
-    in the weight dtype (float32 from the kernel: the same numbers, widened). A rank with no rows
-    returns ``(-inf, NO_TOKEN)``.
+    Each row range is scored in vocabulary blocks of ``budget_bytes`` of logits (``torch.matmul``).
+    Blocks come in ascending id order and are merged keeping the larger value, then the lower id,
+    so the result equals an argmax over all rows of the layout. Values are in the weight dtype.
+    A rank with no rows returns ``(-inf, NO_TOKEN)``.
     """
     hidden = hidden_states if hidden_states.dtype == weight.dtype else hidden_states.to(weight.dtype)
     n = hidden.shape[0]
     step = vocab_block_rows(n, weight.element_size(), budget_bytes)
     best_v = best_i = None
     for r in layout.ranges:
-        for v, i in _range_best(hidden, weight, r, step, fused):
+        for v, i in _range_best(hidden, weight, r, step):
             if best_v is None:
                 best_v, best_i = v, i
                 continue
@@ -275,14 +263,12 @@ def greedy_token_ids(
     *,
     layout: VocabLayout | None = None,
     budget_bytes: int = DEFAULT_LOGITS_BUDGET_BYTES,
-    fused: bool = True,
 ) -> torch.Tensor:
     """Per row of ``hidden_states [N, H]``, the full-vocabulary greedy token of ``lm_head`` (int64 [N]).
 
     ``tp_group``: SGLang's GroupCoordinator (or a torch ProcessGroup, or None for one rank); every
     rank of it must call with the same N. ``layout`` may be passed when computed once beforehand.
-    Runs without autograd (a tied head's weight may require grad). ``fused=False`` keeps to plain
-    torch matmuls even where the fused kernel could run.
+    Runs without autograd (a tied head's weight may require grad).
     Raises ``UnsupportedHeadError`` for a head without a dense floating weight.
     """
     if hidden_states.shape[0] == 0:
@@ -291,7 +277,7 @@ def greedy_token_ids(
     if layout is None:
         tp_size, tp_rank = group_size_rank(tp_group)
         layout = layout_for_head(lm_head, tp_rank, tp_size)
-    values, ids = score_local(hidden_states, weight, layout, budget_bytes=budget_bytes, fused=fused)
+    values, ids = score_local(hidden_states, weight, layout, budget_bytes=budget_bytes)
     if layout.tp_size == 1:
         return ids
     return pick_global(*exchange_candidates(tp_group, values, ids, layout.tp_size))

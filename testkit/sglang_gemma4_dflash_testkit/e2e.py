@@ -4,7 +4,7 @@ Used by the registered tiny test, the GPU scripts in scripts/gpu/ and the CI job
 
 - `Server` launches `python -m <launcher> --model-path ... <args>` in its own process group (its own session), waits a
   bounded time for `/get_model_info` and then `/health_generate` to answer 200, and kills the whole group on exit.
-  The launcher defaults to `sglang.launch_server`; `sglang_gemma4_dflash.cpu_server` (CPU stand-ins) also fits.
+  The launcher defaults to `sglang.launch_server`; `sglang_gemma4_dflash_testkit.cpu_server` (CPU stand-ins) also fits.
 - `generate` / `generate_many` call the native `/generate` greedily and return the output token ids;
   `complete` calls the OpenAI-compatible `/v1/completions`; `chat` calls `/v1/chat/completions`.
 - `server_info` reads `/server_info` (0.5.14+) or `/get_server_info` (0.5.13 and older spelling); `spec_summary`
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 DEFAULT_LAUNCHER = "sglang.launch_server"
-CPU_LAUNCHER = "sglang_gemma4_dflash.cpu_server"
+CPU_LAUNCHER = "sglang_gemma4_dflash_testkit.cpu_server"
 
 
 class ServerError(RuntimeError):

@@ -66,7 +66,7 @@ def _init_sglang_groups(rank: int, world_size: int, port: int) -> None:
 def _child(rank: int, world_size: int, port: int, fn, args, results) -> None:
     try:
         os.environ.update(CHILD_ENV)
-        from sglang_gemma4_dflash.cpu_standins import install
+        from sglang_gemma4_dflash_testkit.cpu_standins import install
 
         install()
         _init_sglang_groups(rank, world_size, port)

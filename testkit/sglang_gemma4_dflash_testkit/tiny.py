@@ -1,7 +1,7 @@
 """Tiny, offline, seeded Gemma 4 checkpoints for tests: a text target, the same target as a multimodal
 model, and a DFlash draft for it.
 
-    from sglang_gemma4_dflash.tiny import write_tiny_checkpoints, TINY
+    from sglang_gemma4_dflash_testkit.tiny import write_tiny_checkpoints, TINY
     paths = write_tiny_checkpoints("/tmp/tiny")   # {"target": ..., "target_mm": ..., "draft": ...}
 
 Why the weights are not simply random: a random tiny Gemma 4 either repeats one token or flips its
@@ -43,7 +43,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sglang_gemma4_dflash import tiny_tokenizer
+from sglang_gemma4_dflash_testkit import tiny_tokenizer
 
 FORMAT_VERSION = 1
 STAMP_FILE = "tiny_stamp.json"

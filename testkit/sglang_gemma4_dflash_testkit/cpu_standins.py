@@ -18,7 +18,7 @@ imported. The module-level imports in SGLang 0.5.23, by importer:
 ``install()`` puts a module named ``sgl_kernel`` holding exactly these names into ``sys.modules``.
 Each one raises a RuntimeError naming itself if it is ever called, so a CPU run that reaches a
 real kernel fails loudly instead of computing something wrong. Nothing installs it implicitly:
-the tests call it, and so does ``python -m sglang_gemma4_dflash.cpu_server``.
+the tests call it, and so does ``python -m sglang_gemma4_dflash_testkit.cpu_server``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _standin(name: str):
     def kernel(*args, **kwargs):
         raise RuntimeError(
             f"sgl_kernel.{name} was called, but this process runs SGLang on CPU with stand-ins from "
-            "sglang_gemma4_dflash.cpu_standins: the real CPU kernel is not installed. This code path "
+            "sglang_gemma4_dflash_testkit.cpu_standins: the real CPU kernel is not installed. This code path "
             "(speculative decoding or KV-cache moves on CPU) is not supported here; run it on a GPU."
         )
 
@@ -71,7 +71,7 @@ def install() -> types.ModuleType:
     if MODULE_NAME in sys.modules:
         raise RuntimeError(
             "sgl_kernel is already imported (the real one); not replacing it with CPU stand-ins. "
-            "Call sglang_gemma4_dflash.cpu_standins.install() before anything imports sgl_kernel, "
+            "Call sglang_gemma4_dflash_testkit.cpu_standins.install() before anything imports sgl_kernel, "
             "or do not call it at all where the real kernels load."
         )
     if importlib.util.find_spec(MODULE_NAME) is not None:
@@ -82,10 +82,10 @@ def install() -> types.ModuleType:
         else:
             raise RuntimeError(
                 "a working sgl_kernel is installed; not replacing it with CPU stand-ins. "
-                "Do not call sglang_gemma4_dflash.cpu_standins.install() on this machine."
+                "Do not call sglang_gemma4_dflash_testkit.cpu_standins.install() on this machine."
             )
 
-    module = types.ModuleType(MODULE_NAME, "CPU stand-ins from sglang_gemma4_dflash.cpu_standins")
+    module = types.ModuleType(MODULE_NAME, "CPU stand-ins from sglang_gemma4_dflash_testkit.cpu_standins")
     module.__sglang_gemma4_dflash_standin__ = True
     for name in STANDIN_NAMES:
         setattr(module, name, _standin(name))

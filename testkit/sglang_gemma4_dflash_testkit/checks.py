@@ -1,4 +1,4 @@
-"""The checks the main job runs on the tiny checkpoints (``python -m sglang_gemma4_dflash``).
+"""The checks the main job runs on the tiny checkpoints (``python -m sglang_gemma4_dflash_testkit``).
 
 Each returns a dict with ``ok`` and the figures it measured, so the main job can print and save them.
 """
@@ -20,7 +20,7 @@ def _draft_layer_ids(draft_dir) -> list[int]:
 
 def _prompt_ids(target_dir, lengths=(11, 40, 23)) -> list[torch.Tensor]:
     """Deterministic prompts in the tiny target's ordinary-token range, some longer than its sliding window."""
-    from sglang_gemma4_dflash.tiny import TINY
+    from sglang_gemma4_dflash_testkit.tiny import TINY
 
     gen = torch.Generator().manual_seed(7)
     return [torch.randint(TINY.num_special_tokens, TINY.vocab_size, (n,), generator=gen) for n in lengths]
@@ -28,8 +28,8 @@ def _prompt_ids(target_dir, lengths=(11, 40, 23)) -> list[torch.Tensor]:
 
 def capture_check(target_dir, draft_dir) -> dict:
     """SGLang's Gemma4ForCausalLM on CPU with the draft's capture ids, against transformers."""
-    from sglang_gemma4_dflash import sglang_cpu
-    from sglang_gemma4_dflash.capture import set_dflash_layers_to_capture
+    from sglang_gemma4_dflash_testkit import sglang_cpu
+    from sglang_gemma4_dflash.gemma4.capture import set_dflash_layers_to_capture
 
     hf_model, sgl_model = sglang_cpu.load_pair(target_dir)
     layer_ids = _draft_layer_ids(draft_dir)
@@ -59,8 +59,8 @@ def head_check(target_dir, world_sizes=(1, 2)) -> dict:
     Hidden states are the target's real final hidden states on a few prompts plus random ones;
     at world size t > 1 the head is split over t real gloo processes, as at TP = t.
     """
-    from sglang_gemma4_dflash import multiproc
-    from sglang_gemma4_dflash.greedy_head import greedy_token_ids
+    from sglang_gemma4_dflash_testkit import multiproc
+    from sglang_gemma4_dflash.head.greedy import greedy_token_ids
 
     from transformers import AutoModelForCausalLM
 
@@ -93,7 +93,7 @@ def head_check(target_dir, world_sizes=(1, 2)) -> dict:
 def _rank_head(rank, world_size, hs, weight):
     """One TP rank: the replicated tied head, split over SGLang's real tensor-parallel group."""
     from sglang_gemma4_dflash.compat import tp_group
-    from sglang_gemma4_dflash.greedy_head import greedy_token_ids
+    from sglang_gemma4_dflash.head.greedy import greedy_token_ids
 
     ids = greedy_token_ids(hs, torch.nn.Embedding.from_pretrained(weight), tp_group())
     return ids.tolist()  # plain data back to the parent: the child's tensor storage ends with it
@@ -103,7 +103,7 @@ def serve_cpu_vs_transformers(target_dir, prompts: list[str], max_new_tokens: in
     """The tiny target served by SGLang on CPU; every greedy output against transformers' greedy."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sglang_gemma4_dflash import e2e
+    from sglang_gemma4_dflash_testkit import e2e
 
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.bfloat16).eval()
@@ -117,7 +117,7 @@ def serve_cpu_vs_transformers(target_dir, prompts: list[str], max_new_tokens: in
     args = ["--device", "cpu", "--attention-backend", "intel_amx", "--sampling-backend", "pytorch",
             "--dtype", "bfloat16", "--max-total-tokens", "4096", "--max-running-requests", "4",
             "--disable-cuda-graph"]
-    with e2e.Server(str(target_dir), args, launcher="sglang_gemma4_dflash.cpu_server") as server:
+    with e2e.Server(str(target_dir), args, launcher="sglang_gemma4_dflash_testkit.cpu_server") as server:
         got = e2e.generate_many(server.base_url, ids, max_new_tokens, concurrency=2)
     verdicts = e2e.compare_outputs(expected, got)
     rows = [{"prompt": p, "tokens": v.spec_len, "identical": v.identical} for p, v in zip(prompts, verdicts)]
@@ -128,8 +128,8 @@ def serve_dflash_vs_plain(target_dir, draft_dir, prompts: list[str], max_new_tok
     """On a GPU: the tiny target served plainly and with DFLASH (the plugin active); same tokens expected."""
     from transformers import AutoTokenizer
 
-    from sglang_gemma4_dflash import e2e
-    from sglang_gemma4_dflash.tiny import TINY
+    from sglang_gemma4_dflash_testkit import e2e
+    from sglang_gemma4_dflash_testkit.tiny import TINY
 
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     ids = [tokenizer(p)["input_ids"] for p in prompts]

@@ -1,0 +1,1 @@
+"""Hooks into SGLang's DFlash worker, and the split draft head folded into the v2 draft CUDA graph."""
