@@ -64,3 +64,45 @@ def test_split_sampler_replays_in_a_cuda_graph():
             want = _oracle(draft_rows, weight)
             got = sampler.out[: max_bs * (block - 1)]
             assert (got == want).float().mean() > 0.99, (got != want).nonzero().flatten().tolist()
+
+
+def _nan_inputs(vocab, hidden, dtype):
+    """Finite maximum at id 7; NaN logits at ids vocab // 2 and vocab - 5 (past the first vocabulary block);
+    the last row NaN throughout. torch.argmax counts NaN as the largest, lowest id first."""
+    weight = torch.zeros(vocab, hidden, dtype=dtype, device="cuda")
+    weight[7, 0] = 1.0
+    weight[vocab // 2, 1] = weight[vocab - 5, 1] = float("nan")
+    hs = torch.zeros(4, hidden, dtype=dtype, device="cuda")
+    hs[:, 0] = 1.0
+    hs[-1] = float("nan")
+    return weight, hs
+
+
+@pytest.mark.parametrize("vocab", [4099, 262144])  # 262144: Gemma 4's vocabulary
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_nan_logits_on_cuda_follow_torch_argmax(vocab, dtype):
+    from sglang_gemma4_dflash.head.greedy import greedy_token_ids
+
+    weight, hs = _nan_inputs(vocab, 256, dtype)
+    got = greedy_token_ids(hs, torch.nn.Embedding.from_pretrained(weight), None, budget_bytes=1)
+    assert got.tolist() == _oracle(hs, weight).tolist() == [vocab // 2] * 3 + [0]
+    assert bool(((got >= 0) & (got < vocab)).all())
+
+
+def test_nan_logits_in_the_split_sampler_cuda_graph_follow_torch_argmax():
+    from sglang_gemma4_dflash.dflash.draft_sampler import SplitHeadDraftSampler
+
+    vocab, block = 262144, 2
+    weight, hs = _nan_inputs(vocab, 256, torch.bfloat16)
+    sampler = SplitHeadDraftSampler(torch.nn.Embedding.from_pretrained(weight), block_size=block, max_bs=2)
+    static_hs = torch.zeros_like(hs)
+    with torch.inference_mode():
+        sampler(static_hs)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            sampler(static_hs)
+        static_hs.copy_(hs)
+        graph.replay()
+        torch.cuda.synchronize()
+    assert sampler.out.tolist() == [vocab // 2, 0]  # drafted rows 1 and 3 (the NaN row)

@@ -199,6 +199,75 @@ def test_head_split_over_another_group_size_is_rejected():
         layout_for_head(head, 0, 4)
 
 
+# --------------------------------------------------------------------------- NaN logits (torch.argmax's rule)
+
+
+NAN_VOCAB = 1000
+
+
+def nan_case(dtype, nan_ids: tuple[int, ...]):
+    """Every row's finite maximum is at id 7; the ids in ``nan_ids`` give NaN logits for every row; the last
+    row is NaN throughout (all its logits NaN). torch.argmax counts NaN as the largest, lowest id first."""
+    gen = torch.Generator().manual_seed(11)
+    weight = int_tensor(gen, NAN_VOCAB, 8, dtype=dtype)
+    weight[7] = 3.0  # logits of id 7: 3 * 8 = 24 for an all-ones row; every other id is at most 16
+    for i in nan_ids:
+        weight[i, 5] = float("nan")
+    hidden = torch.ones(6, 8, dtype=dtype)
+    hidden[-1] = float("nan")
+    return weight, hidden
+
+
+NAN_CASES = [(), (200,), (900,), (200, 900), (130, 129)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("nan_ids", NAN_CASES, ids=lambda c: "nan-" + "-".join(map(str, c)) if c else "no-nan")
+def test_nan_logits_follow_torch_argmax_at_tp1_and_over_ranks(dtype, nan_ids):
+    weight, hidden = nan_case(dtype, nan_ids)
+    expected = oracle(hidden, weight)
+    assert expected.tolist() == [min(nan_ids, default=7)] * 5 + [0]  # the oracle's rule, spelled out
+    assert torch.equal(greedy_token_ids(hidden, Head(weight), budget_bytes=TINY_BUDGET), expected)
+    assert torch.equal(greedy_token_ids(hidden, Head(weight)), expected)  # one block
+    for tp in (2, 3, 4):  # the split replicated head: NaN ids land on different ranks and blocks
+        assert torch.equal(combine_ranks(hidden, [Head(weight)] * tp), expected), tp
+    shards = [shard_of(NAN_VOCAB, 900, r, 4) for r in range(4)]  # vocab-parallel, added ids past padding
+    heads = [Head(local_weight(weight, s), s, tp_size=4) for s in shards]
+    assert torch.equal(combine_ranks(hidden, heads), expected)
+
+
+@pytest.mark.parametrize("nan_ids", NAN_CASES[1:3], ids=["nan-200", "nan-900"])
+def test_nan_logits_in_the_draft_sampler_follow_torch_argmax(nan_ids):
+    weight, _ = nan_case(torch.float32, nan_ids)
+    hidden = torch.ones(2 * 4, 8)
+    hidden[5] = float("nan")  # block 1, position 1: an all-NaN row
+    sampler = SplitHeadDraftSampler(Head(weight), block_size=4, max_bs=2, budget_bytes=TINY_BUDGET)
+    sampler(hidden)
+    drafted = hidden.view(2, 4, 8)[:, 1:].reshape(-1, 8)
+    assert sampler.out.tolist() == oracle(drafted, weight).tolist() == [nan_ids[0]] * 3 + [0] + [nan_ids[0]] * 2
+
+
+def test_all_nan_and_all_inf_rows_give_ids_inside_the_vocabulary():
+    weight = torch.zeros(NAN_VOCAB, 8)
+    weight[:, 0] = 1.0
+    hidden = torch.zeros(3, 8)
+    hidden[0] = float("nan")
+    hidden[1, 0] = float("-inf")  # every logit -inf
+    hidden[2, 0] = float("inf")  # every logit +inf
+    expected = oracle(hidden, weight)
+    for tp in (1, 3, 4):
+        got = combine_ranks(hidden, [Head(weight)] * tp) if tp > 1 else greedy_token_ids(hidden, Head(weight))
+        assert torch.equal(got, expected), tp
+        assert bool(((got >= 0) & (got < NAN_VOCAB)).all())
+
+
+def test_pick_global_counts_nan_as_the_largest_lowest_id_first():
+    nan = float("nan")
+    values = torch.tensor([[1.0, nan, nan, 2.0], [nan, nan, 5.0, float("-inf")], [3.0, 4.0, nan, nan]])
+    ids = torch.tensor([[5.0, 30.0, 40.0, 1.0], [50.0, 20.0, 2.0, NO_TOKEN], [60.0, 10.0, 41.0, 0.0]])
+    assert pick_global(values, ids).tolist() == [50, 20, 40, 0]
+
+
 # --------------------------------------------------------------------------- layouts over ranks
 
 

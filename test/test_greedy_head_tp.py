@@ -115,6 +115,19 @@ def diverging_inputs(rank: int):
     return weight, hidden
 
 
+def nan_inputs():
+    """Finite maximum at id 510, NaN logits at ids 700 and 900 (0 * NaN is NaN: every row sees them), and an
+    all-NaN row 3. At tp 1, 2 and 4 the NaN ids sit past the first vocabulary block of their rank, after the
+    finite maximum. torch.argmax counts NaN as the largest, lowest id first: 700, and 0 for the NaN row."""
+    weight = torch.zeros(1003, H)
+    weight[510, 0] = 1.0
+    weight[700, 1] = weight[900, 1] = float("nan")
+    hidden = torch.zeros(SAMPLER_BLOCK, H)
+    hidden[:, 0] = 1.0
+    hidden[3] = float("nan")
+    return weight, hidden
+
+
 # --------------------------------------------------------------------------- on every rank
 
 
@@ -161,6 +174,15 @@ def _rank_cases(rank: int, world: int) -> dict:
             sampler = SplitHeadDraftSampler(head, block_size=SAMPLER_BLOCK, max_bs=bs + 5, tp_group=group)
             sampler(hidden, torch.zeros(N, dtype=torch.int64))
             out["sampler"][key] = sampler.out[: bs * (SAMPLER_BLOCK - 1)].tolist()
+
+    weight, hidden = nan_inputs()
+    head = Gemma4TextScaledWordEmbedding(weight.shape[0], H, padding_idx=0)
+    with torch.no_grad():
+        head.weight.copy_(weight)
+    out["nan"] = greedy_token_ids(hidden, head, group, budget_bytes=TINY_BUDGET).tolist()
+    sampler = SplitHeadDraftSampler(head, block_size=2, max_bs=2, tp_group=group, budget_bytes=TINY_BUDGET)
+    sampler(hidden)  # two draft blocks: rows 1 and 3 are drafted
+    out["nan_sampler"] = sampler.out.tolist()
 
     # Issue 4: ranks whose hidden states differ slightly.
     weight, hidden = diverging_inputs(rank)
@@ -224,6 +246,13 @@ def test_split_draft_sampler_equals_full_argmax_on_every_rank(ranks):
             weight, hidden = split_case(vocab, dtype, world, seed=vocab)
             drafted = hidden.view(-1, SAMPLER_BLOCK, H)[:, 1:].reshape(-1, H)
             assert got[(vocab, str(dtype))] == oracle(drafted, weight)
+
+
+def test_nan_logits_follow_torch_argmax_on_every_rank(ranks):
+    _, results = ranks
+    weight, hidden = nan_inputs()
+    assert _same_on_every_rank(results, "nan") == torch.argmax(hidden @ weight.T, dim=-1).tolist() == [700] * 3 + [0]
+    assert _same_on_every_rank(results, "nan_sampler") == [700, 0]  # drafted rows 1 and 3
 
 
 def test_ranks_with_different_hidden_states_agree_only_when_synced(ranks):

@@ -162,6 +162,14 @@ def _range_best(hidden: torch.Tensor, weight: torch.Tensor, r: RowRange, step: i
         yield v, i + (r.first_id + offset)
 
 
+def _beats(v: torch.Tensor, i: torch.Tensor, best_v: torch.Tensor, best_i: torch.Tensor) -> torch.Tensor:
+    """Where ``(v, i)`` comes before ``(best_v, best_i)`` in ``torch.argmax``'s order: NaN above every
+    number, then the larger value, then the lower id. Elementwise, no host sync."""
+    v_nan, best_nan = v.isnan(), best_v.isnan()
+    same = (v == best_v) | (v_nan & best_nan)
+    return (v_nan & ~best_nan) | (v > best_v) | (same & (i < best_i))
+
+
 def score_local(
     hidden_states: torch.Tensor,
     weight: torch.Tensor,
@@ -173,8 +181,8 @@ def score_local(
 
     Each row range is scored in vocabulary blocks of ``budget_bytes`` of logits (``torch.matmul``).
     Blocks come in ascending id order and are merged keeping the larger value, then the lower id,
-    so the result equals an argmax over all rows of the layout. Values are in the weight dtype.
-    A rank with no rows returns ``(-inf, NO_TOKEN)``.
+    so the result equals an argmax over all rows of the layout. A NaN logit counts as the largest,
+    as in ``torch.argmax``. Values are in the weight dtype. A rank with no rows returns ``(-inf, NO_TOKEN)``.
     """
     hidden = hidden_states if hidden_states.dtype == weight.dtype else hidden_states.to(weight.dtype)
     n = hidden.shape[0]
@@ -185,7 +193,7 @@ def score_local(
             if best_v is None:
                 best_v, best_i = v, i
                 continue
-            take = (v > best_v) | ((v == best_v) & (i < best_i))
+            take = _beats(v, i, best_v, best_i)
             best_v = torch.where(take, v, best_v)
             best_i = torch.where(take, i, best_i)
     if best_v is None:
@@ -245,7 +253,8 @@ def exchange_candidates(
 
 
 def pick_global(values: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """``[tp, N]`` candidates -> ``[N]`` int64: the max value, then the lowest id among equal values."""
+    """``[tp, N]`` candidates -> ``[N]`` int64: the max value, then the lowest id among equal values.
+    NaN is the max (``amax`` propagates it), as in ``torch.argmax``: the lowest id among NaN candidates wins."""
     best = values.amax(dim=0, keepdim=True)
     is_best = (values == best) | values.isnan()  # a NaN row (NaN is the max, as in torch.argmax)
     tied = torch.where(is_best, ids, torch.full_like(ids, NO_TOKEN))
