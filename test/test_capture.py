@@ -7,10 +7,12 @@ last layer SGLang captures the stream *before* the final norm, whereas transform
 Both sides run in float32 on CPU; measured max abs diff of captured states ~3e-5, tolerance 1e-4.
 """
 
+import numpy as np
 import pytest
 import torch
 
 from sglang_gemma4_dflash.gemma4.capture import set_dflash_layers_to_capture
+from sglang_gemma4_dflash.gemma4.validate import validate_draft_against_target
 
 ATOL = 1e-4
 RTOL = 1e-4
@@ -45,8 +47,12 @@ def test_captured_states_are_transformers_hidden_states(pair, layer_ids):
         for k, layer_id in enumerate(layer_ids):
             got, want = per_prompt[row][k].float(), ref_hidden[layer_id + 1]
             diff = (got - want).abs().max().item()
-            helpers.record(f"{type(sgl_model).__name__} captured layer vs hidden_states[L + 1]",
-                           f"prompt {row} layer {layer_id}", diff, ATOL)
+            helpers.record(
+                f"{type(sgl_model).__name__} captured layer vs hidden_states[L + 1]",
+                f"prompt {row} layer {layer_id}",
+                diff,
+                ATOL,
+            )
             torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL)
         logit_diff = (out.next_token_logits[row].float() - ref_logits[-1]).abs().max().item()
         helpers.record(f"{type(sgl_model).__name__} logits while capturing", f"prompt {row}", logit_diff, ATOL)
@@ -56,7 +62,9 @@ def test_captured_states_are_transformers_hidden_states(pair, layer_ids):
 def test_captured_states_differ_between_layers(pair):
     """Guards the test above: neighbouring layers' states are far apart, so a wrong offset fails."""
     helpers, config, hf_model, _ = pair
-    _, ref_hidden = helpers.reference(hf_model, helpers.random_prompts((9,), helpers.text_config_of(config).vocab_size)[0])
+    _, ref_hidden = helpers.reference(
+        hf_model, helpers.random_prompts((9,), helpers.text_config_of(config).vocab_size)[0]
+    )
     for a, b in zip(ref_hidden[1:-1], ref_hidden[2:-1]):
         assert (a - b).abs().max().item() > 100 * ATOL
 
@@ -148,3 +156,53 @@ def test_multimodal_class_refuses_out_of_range_too(sglang_tp1):
     with pytest.raises(ValueError, match=r"id 7 is out of range.*5 decoder layers"):
         set_dflash_layers_to_capture(model, [7])
     assert model.capture_aux_hidden_states is False
+
+
+# --- integer types other than int (issue 9, item 8) --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "layer_ids",
+    [torch.tensor([0, 2]), [torch.tensor(0), torch.tensor(2, dtype=torch.int32)], np.array([0, 2]), [np.int64(0), 2]],
+    ids=["torch-1d", "torch-0d", "numpy-1d", "numpy-scalar"],
+)
+def test_integer_tensors_and_numpy_ints_are_accepted(causal, layer_ids):
+    set_dflash_layers_to_capture(causal, layer_ids)
+    assert causal.model.layers_to_capture == [1, 3]
+    assert all(type(i) is int for i in causal.model.layers_to_capture)
+
+
+@pytest.mark.parametrize("bad", [torch.tensor(1.0), torch.tensor(True), np.float32(1)])
+def test_float_and_bool_tensors_are_refused(causal, bad):
+    message = _refuses(causal, [0, bad])
+    assert "layer id #1" in message and "ints in [0, 5)" in message
+
+
+def _draft(**fields):
+    return {"hidden_size": 64, "vocab_size": 512, **fields}
+
+
+def test_mask_token_id_as_a_numpy_int_is_accepted():
+    target = {"hidden_size": 64, "vocab_size": 512, "num_hidden_layers": 5}
+    validate_draft_against_target(target, _draft(dflash_config={"mask_token_id": np.int64(7), "target_layer_ids": [1]}))
+
+
+@pytest.mark.parametrize(
+    "draft, field",
+    [
+        (_draft(dflash_config={"mask_token_id": 600}), "dflash_config.mask_token_id=600"),
+        (_draft(mask_token_id=600), "has mask_token_id=600"),  # top level, as SGLang also reads it
+        (_draft(mask_token_id="7"), "has mask_token_id='7', not an int"),
+    ],
+)
+def test_a_bad_mask_token_id_is_named_by_the_field_it_came_from(draft, field):
+    target = {"hidden_size": 64, "vocab_size": 512, "num_hidden_layers": 5}
+    with pytest.raises(ValueError) as info:
+        validate_draft_against_target(target, draft, draft_path="d")
+    assert field in str(info.value) and "[0, 512)" in str(info.value)
+
+
+def test_bad_top_level_layer_ids_are_named_by_their_field():
+    target = {"hidden_size": 64, "vocab_size": 512, "num_hidden_layers": 5}
+    with pytest.raises(ValueError, match=r"Fix `target_layer_ids`"):
+        validate_draft_against_target(target, _draft(target_layer_ids=[9]), draft_path="d")

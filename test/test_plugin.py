@@ -12,7 +12,7 @@ import textwrap
 from importlib.metadata import entry_points
 
 from sglang_gemma4_dflash import hooks
-from sglang_gemma4_dflash.compat import SGLangFeatures, TargetClass
+from sglang_gemma4_dflash.compat import SGLangFeatures, TargetClass, WorkerClass
 
 PROBE = textwrap.dedent(
     """
@@ -43,7 +43,7 @@ PROBE = textwrap.dedent(
             return "empty" in str(exc)
         return False
 
-    worker = resolve(probe().worker_path)
+    worker = resolve(probe().workers[0].path)
     print(json.dumps({
         "causal_ours": ours(Gemma4ForCausalLM, "model"),
         "mm_ours": ours(Gemma4ForConditionalGeneration, "language_model"),
@@ -98,8 +98,9 @@ def _features(worker, upstream_capture, graph_sampler=False):
         TargetClass("sglang.srt.models.gemma4_causal.Gemma4ForCausalLM", upstream_capture),
         TargetClass("sglang.srt.models.gemma4_mm.Gemma4ForConditionalGeneration", upstream_capture),
     )
-    path = {"v1": "x.dflash_worker.DFlashWorker", "v2": "x.dflash_worker_v2.DFlashWorkerV2", None: None}[worker]
-    return SGLangFeatures("test", worker, path, targets, (), graph_sampler)
+    path = {"v1": "x.dflash_worker.DFlashWorker", "v2": "x.dflash_worker_v2.DFlashWorkerV2"}.get(worker)
+    workers = (WorkerClass(worker, path, graph_sampler),) if worker else ()
+    return SGLangFeatures("test", workers, targets, ())
 
 
 def test_plan_for_a_v1_line_adds_capture_and_unblocks_the_draft_step():
@@ -112,10 +113,10 @@ def test_plan_for_a_v1_line_adds_capture_and_unblocks_the_draft_step():
     assert how["DFlashWorker.__init__"] == hooks.AROUND
 
 
-def test_plan_for_a_v2_line_replaces_capture_and_splits_the_graph_head():
+def test_plan_for_a_v2_line_wraps_capture_and_splits_the_graph_head():
     changes, left = hooks.plan(_features("v2", upstream_capture=True, graph_sampler=True))
     how = {c.target.rsplit(".", 2)[-2] + "." + c.target.rsplit(".", 1)[1]: c.how for c in changes}
-    assert how["Gemma4ForCausalLM.set_dflash_layers_to_capture"] == hooks.REPLACE
+    assert how["Gemma4ForCausalLM.set_dflash_layers_to_capture"] == hooks.AROUND  # upstream's still runs
     assert how["DFlashWorkerV2._maybe_build_draft_sampler"] == hooks.AROUND
     assert "DFlashWorkerV2._prepare_for_speculative_decoding" not in how
     assert left, "the plan must say what it leaves to upstream"
@@ -134,8 +135,9 @@ def test_on_sglang_0_5_13_the_v1_worker_gets_the_capture_method_and_its_draft_st
     assert result["worker"] == "v1"
     assert result["causal_ours"] and result["mm_ours"]  # added: 0.5.13 has no capture method of its own
     assert result["worker_wrapped"] and result["v1_step_wrapped"]
-    assert any("add models.gemma4_causal.Gemma4ForCausalLM.set_dflash_layers_to_capture" in line
-               for line in log.splitlines()), log[-3000:]
+    assert any(
+        "add models.gemma4_causal.Gemma4ForCausalLM.set_dflash_layers_to_capture" in line for line in log.splitlines()
+    ), log[-3000:]
 
 
 def test_on_sglang_0_5_13_without_the_plugin_gemma4_has_no_capture_method(sglang_0513):

@@ -3,12 +3,15 @@
 Everything that differs between SGLang lines is answered here, by probing the installed
 package for what it has (modules, classes, methods) rather than by a version table:
 
-- which DFlash worker the line runs: v1 ``speculative.dflash_worker.DFlashWorker``
-  (0.5.11-0.5.13) or v2 ``speculative.dflash_worker_v2.DFlashWorkerV2`` (0.5.14+);
+- which DFlash worker classes the line ships: v1 ``speculative.dflash_worker.DFlashWorker``
+  (0.5.11-0.5.13) and/or v2 ``speculative.dflash_worker_v2.DFlashWorkerV2`` (0.5.14+). Every class
+  present is hooked: the line picks one at run time (``SpeculativeAlgorithm.create_worker``);
+- whether a hook target exists and takes the arguments the hook binds, and whether a hook is in place;
 - which Gemma 4 target classes it registers, and whether each already has
   ``set_dflash_layers_to_capture`` from upstream;
 - whether the v2 worker folds the draft head into its CUDA graph (``_maybe_build_draft_sampler``);
-- how to reach the tensor-parallel group, the largest draft CUDA-graph batch and the eager-sampler switch.
+- how to reach the tensor-parallel group (and, under DP attention, the ranks that share one batch), the
+  largest draft CUDA-graph batch and the eager-sampler switch.
 
 Other modules ask ``probe()`` and never look at SGLang's layout themselves.
 """
@@ -18,12 +21,14 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import inspect
 import os
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 
 V1_WORKER = "sglang.srt.speculative.dflash_worker.DFlashWorker"
 V2_WORKER = "sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2"
+WORKERS = (("v2", V2_WORKER), ("v1", V1_WORKER))
 
 # Gemma 4 classes that can be a DFLASH target (they carry the text stack and a tied head).
 # Subclasses (e.g. gemma4_unified.Gemma4UnifiedForConditionalGeneration) inherit the method
@@ -32,9 +37,7 @@ GEMMA4_TARGETS = (
     "sglang.srt.models.gemma4_causal.Gemma4ForCausalLM",
     "sglang.srt.models.gemma4_mm.Gemma4ForConditionalGeneration",
 )
-GEMMA4_SUBCLASS_TARGETS = (
-    "sglang.srt.models.gemma4_unified.Gemma4UnifiedForConditionalGeneration",
-)
+GEMMA4_SUBCLASS_TARGETS = ("sglang.srt.models.gemma4_unified.Gemma4UnifiedForConditionalGeneration",)
 
 
 @dataclass(frozen=True)
@@ -44,13 +47,23 @@ class TargetClass:
 
 
 @dataclass(frozen=True)
+class WorkerClass:
+    kind: str  # "v1" or "v2"
+    path: str  # dotted path of the class
+    graph_sampler: bool  # builds a CUDA-graph draft sampler (``_maybe_build_draft_sampler``, v2)
+
+
+@dataclass(frozen=True)
 class SGLangFeatures:
     version: str
-    worker: str | None  # "v1", "v2" or None (no DFlash in this SGLang)
-    worker_path: str | None
+    workers: tuple[WorkerClass, ...]  # every DFlash worker class this SGLang ships (none: no DFlash)
     targets: tuple[TargetClass, ...]  # Gemma 4 target classes present in this SGLang
     subclass_targets: tuple[str, ...]  # present subclasses that inherit from a target
-    v2_graph_sampler: bool  # v2 worker builds a CUDA-graph draft sampler
+
+    @property
+    def worker(self) -> str | None:
+        """``"v1"``, ``"v2"``, ``"v2+v1"`` or None: the DFlash worker kinds present."""
+        return "+".join(w.kind for w in self.workers) or None
 
 
 def installed_sglang_version() -> str:
@@ -85,11 +98,11 @@ def _has_upstream_capture(cls) -> bool:
 @functools.lru_cache(maxsize=1)
 def probe() -> SGLangFeatures:
     """Look at the installed SGLang once per process."""
-    worker, worker_path = None, None
-    for kind, path in (("v2", V2_WORKER), ("v1", V1_WORKER)):
-        if resolve(path) is not None:
-            worker, worker_path = kind, path
-            break
+    workers = tuple(
+        WorkerClass(kind, path, hasattr(cls, "_maybe_build_draft_sampler"))
+        for kind, path in WORKERS
+        if (cls := resolve(path)) is not None
+    )
 
     targets = []
     for path in GEMMA4_TARGETS:
@@ -98,15 +111,57 @@ def probe() -> SGLangFeatures:
             targets.append(TargetClass(path=path, upstream_capture=_has_upstream_capture(cls)))
     subclasses = tuple(p for p in GEMMA4_SUBCLASS_TARGETS if resolve(p) is not None)
 
-    v2_graph_sampler = worker == "v2" and hasattr(resolve(V2_WORKER), "_maybe_build_draft_sampler")
     return SGLangFeatures(
         version=installed_sglang_version(),
-        worker=worker,
-        worker_path=worker_path,
+        workers=workers,
         targets=tuple(targets),
         subclass_targets=subclasses,
-        v2_graph_sampler=v2_graph_sampler,
     )
+
+
+def target_problem(target: str, binds: tuple[str, ...], *, exists: bool = True) -> str | None:
+    """Why a hook cannot go on ``target`` (``pkg.module.Class.method``) in this SGLang, or None.
+
+    ``exists``: the method must be there (a hook wraps it) or must be absent (the plugin adds it).
+    ``binds``: parameters of the method the hook passes or reads by name.
+    """
+    cls_path, _, name = target.rpartition(".")
+    cls = resolve(cls_path)
+    if cls is None:
+        return f"{cls_path} is not in SGLang {installed_sglang_version()}"
+    method = getattr(cls, name, None)
+    if not exists:
+        ours = getattr(method, "__sglang_gemma4_dflash__", False)
+        return None if method is None or ours else f"{target} already exists"
+    if not callable(method):
+        return f"{target} is not in SGLang {installed_sglang_version()}"
+    try:
+        params = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return f"the signature of {target} cannot be read"
+    for arg in binds:
+        if arg not in params or params[arg].kind is inspect.Parameter.POSITIONAL_ONLY:
+            return f"{target}{inspect.signature(method)} takes no argument {arg!r} by name"
+    return None
+
+
+def hook_in_place(target: str, impl) -> bool:
+    """Whether ``impl`` is what ``target`` runs: the method itself (added), or a HookRegistry wrapper
+    around it (SGLang's ``_wrap_fn`` keeps the hook in its closure and the original in ``__wrapped__``)."""
+    cls_path, _, name = target.rpartition(".")
+    fn = getattr(resolve(cls_path), name, None)
+    while fn is not None:
+        if fn is impl or any(_cell_holds(cell, impl) for cell in getattr(fn, "__closure__", None) or ()):
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+    return False
+
+
+def _cell_holds(cell, value) -> bool:
+    try:
+        return cell.cell_contents is value
+    except ValueError:  # an empty cell
+        return False
 
 
 def tp_group():
@@ -118,6 +173,15 @@ def tp_group():
     from sglang.srt.distributed import get_tp_group
 
     return get_tp_group()
+
+
+def batch_group():
+    """The TP ranks that run the same batch. Under DP attention (0.5.2x allows it with DFLASH and
+    ``--enable-dp-lm-head``) each DP group runs its own rows, so a collective over the whole TP group
+    would pair calls with different row counts; SGLang's ``get_dp_tp_group()`` names the attention-TP
+    group there and the TP group otherwise. Lines without it refuse DFLASH with DP attention."""
+    get_dp_tp_group = resolve("sglang.srt.layers.dp_attention.get_dp_tp_group")
+    return get_dp_tp_group() if get_dp_tp_group is not None else tp_group()
 
 
 @functools.lru_cache(maxsize=1)

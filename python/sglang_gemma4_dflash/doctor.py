@@ -1,7 +1,7 @@
 """``sglang-gemma4-dflash-doctor``: what the installed SGLang has, what the plugin adds, and a head self-check.
 
-    $ sglang-gemma4-dflash-doctor            # report + greedy-head self-check on cuda if present, else cpu
-    $ sglang-gemma4-dflash-doctor --json     # the same as one JSON object
+$ sglang-gemma4-dflash-doctor            # report + greedy-head self-check on cuda if present, else cpu
+$ sglang-gemma4-dflash-doctor --json     # the same as one JSON object
 """
 
 from __future__ import annotations
@@ -46,23 +46,32 @@ def head_self_check(device: str, *, vocab: int = 50_000, hidden: int = 512, toke
     got = greedy_token_ids(hidden_states, head, None)
     want = torch.argmax(hidden_states @ weight.T, dim=-1)
     mismatches = int((got != want).sum())
-    return {"device": device, "vocab": vocab, "hidden": hidden, "tokens": tokens,
-            "mismatches": mismatches, "ok": mismatches == 0}
+    return {
+        "device": device,
+        "vocab": vocab,
+        "hidden": hidden,
+        "tokens": tokens,
+        "mismatches": mismatches,
+        "ok": mismatches == 0,
+    }
 
 
 def report() -> dict:
     features = compat.probe()
-    changes, left = hooks.plan(features)
+    planned, left = hooks.plan(features)
+    changes, skipped = hooks.installable(planned)
+    status = entry_point_status()
     return {
         "plugin_version": __version__,
         "sglang_version": features.version,
         "dflash_worker": features.worker,
-        "gemma4_targets": [
-            {"class": t.path, "upstream_capture": t.upstream_capture} for t in features.targets
-        ],
+        "gemma4_targets": [{"class": t.path, "upstream_capture": t.upstream_capture} for t in features.targets],
         "gemma4_subclasses": list(features.subclass_targets),
-        **entry_point_status(),
-        "plugin_installs": [{"target": c.target, "how": c.how, "why": c.why} for c in changes],
+        **status,
+        # What SGLang's loader would install in this environment: nothing when the plugin is left out.
+        "plugin_installs": [{"target": c.target, "how": c.how, "why": c.why} for c in changes if status["enabled"]],
+        "plugin_would_install": [{"target": c.target, "how": c.how, "why": c.why} for c in changes],
+        "not_installable": [{"piece": s.piece, "problem": s.problem} for s in skipped],
         "left_to_upstream": [{"what": u.what, "why": u.why} for u in left],
     }
 
@@ -86,17 +95,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def format_report(info: dict) -> str:
+    targets = [
+        f"{t['class'].rsplit('.', 1)[1]} (capture: {'upstream' if t['upstream_capture'] else 'missing upstream'})"
+        for t in info["gemma4_targets"]
+    ] + [f"{path.rsplit('.', 1)[1]} (inherits)" for path in info["gemma4_subclasses"]]
+    enabled = info["enabled"]
     lines = [
         f"sglang-gemma4-dflash {info['plugin_version']}",
         f"SGLang {info['sglang_version']}, DFlash worker: {info['dflash_worker'] or 'none'}",
         f"entry point sglang.srt.plugins:{ENTRY_POINT}: "
         + ("visible" if info["entry_point_visible"] else "NOT visible (is the package installed?)")
-        + ("" if info["enabled"] else f", disabled by SGLANG_PLUGINS={info['SGLANG_PLUGINS']}"),
-        "Gemma 4 targets: " + ", ".join(
-            f"{t['class'].rsplit('.', 1)[1]} (capture: {'upstream' if t['upstream_capture'] else 'missing upstream'})"
-            for t in info["gemma4_targets"]) or "none",
-        "the plugin installs:",
-        *[f"  {c['how']:8s} {c['target']}\n           {c['why']}" for c in info["plugin_installs"]],
+        + ("" if enabled else f", disabled by SGLANG_PLUGINS={info['SGLANG_PLUGINS']}"),
+        "Gemma 4 targets: " + (", ".join(targets) or "none"),
+        "the plugin installs:"
+        if enabled
+        else "the plugin would install (it is not loaded here, so SGLang runs as is):",
+        *[f"  {c['how']:8s} {c['target']}\n           {c['why']}" for c in info["plugin_would_install"]],
+        *[f"  NOT installable: {s['piece']}: {s['problem']}" for s in info["not_installable"]],
         "left to upstream:",
         *[f"  {u['what']}: {u['why']}" for u in info["left_to_upstream"]],
     ]

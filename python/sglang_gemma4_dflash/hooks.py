@@ -1,13 +1,17 @@
 """The one list of what this plugin changes in SGLang.
 
-``plan(features)`` returns, for the installed SGLang line, every change as a ``Change``:
-the dotted SGLang target, how it is changed, the function used, and why. ``plugin.register()``
-applies the list; ``doctor`` prints it. Nothing else in the package touches SGLang symbols.
+``plan(features)`` returns, for the installed SGLang line, every change as a ``Change``: the dotted
+SGLang target, how it is changed, the function used, why, the piece it belongs to and the arguments
+the hook binds. ``plugin.register()`` installs the pieces whose every target passes the probe
+(``installable``); ``doctor`` prints the same. Nothing else in the package touches SGLang symbols.
 
 How:
-- ``REPLACE`` / ``AROUND``: registered with SGLang's ``HookRegistry`` (applied by ``apply_hooks()``).
+- ``AROUND``: registered with SGLang's ``HookRegistry`` (applied by ``apply_hooks()``).
 - ``ADD``: the target class lacks the method on this line. ``HookRegistry`` can only wrap
   attributes that exist, so the method is set on the class directly (subclasses inherit it).
+
+A piece installs whole or not at all: on v1 the draft-step hook without the head hook would hand
+upstream's head ``shard_indices = None`` in the middle of serving.
 """
 
 from __future__ import annotations
@@ -15,19 +19,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from sglang_gemma4_dflash import compat
 from sglang_gemma4_dflash.dflash import worker_hooks
 from sglang_gemma4_dflash.gemma4 import capture
 from sglang_gemma4_dflash.compat import SGLangFeatures
 
-ADD, REPLACE, AROUND = "add", "replace", "around"
+ADD, AROUND = "add", "around"
 
 
 @dataclass(frozen=True)
 class Change:
     target: str  # dotted path of the SGLang symbol
-    how: str  # ADD, REPLACE or AROUND
+    how: str  # ADD or AROUND
     impl: Callable
     why: str
+    piece: str  # the changes of one piece are installed together or not at all
+    binds: tuple[str, ...] = ()  # parameters of the target the hook passes or reads by name
 
 
 @dataclass(frozen=True)
@@ -38,48 +45,122 @@ class Upstream:
     why: str
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A piece left out because a target failed the probe."""
+
+    piece: str
+    problem: str
+
+
 def plan(features: SGLangFeatures) -> tuple[list[Change], list[Upstream]]:
     changes: list[Change] = []
     left: list[Upstream] = []
 
     for target in features.targets:
         method = f"{target.path}.set_dflash_layers_to_capture"
+        piece = f"capture {target.path.rsplit('.', 1)[1]}"
         if target.upstream_capture:
-            changes.append(Change(method, REPLACE, capture.set_dflash_layers_to_capture,
-                                  "upstream's accepts any ids; the plugin's rejects empty, out-of-range, "
-                                  "non-int and unordered ids at start-up"))
+            changes.append(
+                Change(
+                    method,
+                    AROUND,
+                    capture.check_then_capture,
+                    "upstream's accepts any ids; the plugin rejects empty, out-of-range, non-int "
+                    "and unordered ids at start-up, then lets upstream's method run",
+                    piece,
+                    ("layer_ids",),
+                )
+            )
         else:
-            changes.append(Change(method, ADD, capture.set_dflash_layers_to_capture,
-                                  "this line has no DFLASH capture hook for Gemma 4"))
+            changes.append(
+                Change(
+                    method,
+                    ADD,
+                    capture.set_dflash_layers_to_capture,
+                    "this line has no DFLASH capture hook for Gemma 4",
+                    piece,
+                )
+            )
 
-    worker = features.worker_path
-    if worker is not None:
-        changes.append(Change(f"{worker}.__init__", AROUND, worker_hooks.check_draft_at_init,
-                              "check the draft's hidden size, vocabulary, layer ids and mask id against a "
-                              "Gemma 4 target before anything is built"))
-        changes.append(Change(f"{worker}._greedy_sample_from_vocab_parallel_head", AROUND,
-                              worker_hooks.greedy_sample,
-                              "exact greedy head for Gemma 4's tied head: split over TP ranks and synced, "
-                              "instead of a full-vocabulary head on every rank"))
-    if features.worker == "v1":
-        changes.append(Change(f"{worker}._prepare_for_speculative_decoding", AROUND,
-                              worker_hooks.draft_step_with_replicated_head,
-                              "the v1 draft step refuses heads without shard_indices"))
-    if features.worker == "v2":
-        if features.v2_graph_sampler:
-            changes.append(Change(f"{worker}._maybe_build_draft_sampler", AROUND,
-                                  worker_hooks.build_split_sampler,
-                                  "at TP>1 upstream keeps Gemma 4's draft head eager and unsynced; the plugin "
-                                  "folds a split, synced head into the draft CUDA graph"))
-            left.append(Upstream("draft head CUDA-graph sampler at TP=1",
-                                 "upstream's sampler already scores the tied head inside the graph"))
-        left.append(Upstream("DFlash worker v2 (draft model, KV, verification)", "works for Gemma 4 as is"))
-    if features.worker is None:
+    for worker in features.workers:
+        name = worker.path.rsplit(".", 1)[1]
+        piece = f"worker {name}"
+        changes.append(
+            Change(
+                f"{worker.path}.__init__",
+                AROUND,
+                worker_hooks.check_draft_at_init,
+                "check the draft's hidden size, vocabulary, layer ids and mask id against a "
+                "Gemma 4 target before anything is built",
+                piece,
+                ("server_args", "target_worker"),
+            )
+        )
+        changes.append(
+            Change(
+                f"{worker.path}._greedy_sample_from_vocab_parallel_head",
+                AROUND,
+                worker_hooks.greedy_sample,
+                "exact greedy head for Gemma 4's tied head: split over TP ranks and synced, "
+                "instead of a full-vocabulary head on every rank",
+                piece,
+                ("hidden_states", "lm_head"),
+            )
+        )
+        if worker.kind == "v1":
+            changes.append(
+                Change(
+                    f"{worker.path}._prepare_for_speculative_decoding",
+                    AROUND,
+                    worker_hooks.draft_step_with_replicated_head,
+                    "the v1 draft step refuses heads without shard_indices",
+                    piece,
+                )
+            )
+        if worker.graph_sampler:
+            changes.append(
+                Change(
+                    f"{worker.path}._maybe_build_draft_sampler",
+                    AROUND,
+                    worker_hooks.build_split_sampler,
+                    "at TP>1 upstream keeps Gemma 4's draft head eager and unsynced; the plugin "
+                    "folds a split, synced head into the draft CUDA graph",
+                    piece,
+                )
+            )
+            left.append(
+                Upstream(
+                    f"{name} draft head CUDA-graph sampler at TP=1",
+                    "upstream's sampler already scores the tied head inside the graph",
+                )
+            )
+        if worker.kind == "v2":
+            left.append(Upstream(f"{name} (draft model, KV, verification)", "works for Gemma 4 as is"))
+    if not features.workers:
         left.append(Upstream("DFlash worker", f"SGLang {features.version} has no DFLASH worker: nothing to patch"))
     return changes, left
 
 
-def describe(changes: list[Change], left: list[Upstream]) -> str:
+def installable(changes: list[Change]) -> tuple[list[Change], list[Skipped]]:
+    """The changes of every piece whose targets all pass ``compat.target_problem``, and the pieces left out."""
+    pieces: dict[str, list[Change]] = {}
+    for change in changes:
+        pieces.setdefault(change.piece, []).append(change)
+    ok, skipped = [], []
+    for piece, members in pieces.items():
+        problems = [p for c in members if (p := compat.target_problem(c.target, c.binds, exists=c.how != ADD))]
+        if problems:
+            skipped.append(Skipped(piece, "; ".join(problems)))
+        else:
+            ok.extend(members)
+    return ok, skipped
+
+
+def describe(changes: list[Change], left: list[Upstream], skipped: list[Skipped] = ()) -> str:
     installed = ", ".join(f"{c.how} {c.target.replace('sglang.srt.', '')}" for c in changes) or "nothing"
     upstream = ", ".join(u.what for u in left) or "nothing"
-    return f"installed: {installed}; left to upstream: {upstream}"
+    text = f"installed: {installed}; left to upstream: {upstream}"
+    if skipped:
+        text += "; NOT installed: " + ", ".join(f"{s.piece} ({s.problem})" for s in skipped)
+    return text

@@ -11,13 +11,21 @@ stream *before* the final norm, while transformers' ``output_hidden_states[-1]``
 choosing the last layer logs a warning (published Gemma 4 drafts do not use it).
 
 The ids are checked once, at model start-up, so a bad draft config fails there with a message
-that names the value and the fix, instead of shape errors in the middle of serving.
+that names the value and the fix, instead of shape errors in the middle of serving. The same call
+is where a DFLASH run with a Gemma 4 target starts, so it also asks ``plugin.require_in_place()``
+that every worker hook the run needs is in place.
+
+Lines without the method (0.5.11-0.5.13) get ``set_dflash_layers_to_capture``; lines with it
+(0.5.14+) keep upstream's, wrapped by ``check_then_capture``: check, then upstream's method runs
+(upstream's sets the same ``layer + 1`` ids and ``capture_aux_hidden_states`` as the plugin's).
 """
 
 from __future__ import annotations
 
 import logging
-import numbers
+import operator
+
+import torch
 
 logger = logging.getLogger(__name__)
 
@@ -34,37 +42,49 @@ def text_model_of(model):
     )
 
 
-def validate_layer_ids(layer_ids, num_layers: int, *, owner: str = "the target") -> list[int]:
+def as_int(value) -> int | None:
+    """``value`` as an int when it is an integer (Python, numpy, or a one-element integer torch tensor),
+    else None. Booleans are not integers here."""
+    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def validate_layer_ids(
+    layer_ids, num_layers: int, *, owner: str = "the target", field: str = "dflash_config.target_layer_ids"
+) -> list[int]:
     """Return ``layer_ids`` as a list of ints, or raise ValueError naming the bad value and the fix."""
     if layer_ids is None:
         raise ValueError(
             f"DFLASH needs explicit target layer ids to capture hidden states from {owner}, got None. "
-            "Set `dflash_config.target_layer_ids` in the draft's config.json (for example [1, 12, 23])."
+            f"Set `{field}` in the draft's config.json (for example [1, 12, 23])."
         )
     if isinstance(layer_ids, (str, bytes)) or not hasattr(layer_ids, "__iter__"):
         raise ValueError(
-            f"DFLASH target layer ids must be a list of ints, got {layer_ids!r} "
-            f"({type(layer_ids).__name__})."
+            f"DFLASH target layer ids must be a list of ints, got {layer_ids!r} ({type(layer_ids).__name__})."
         )
     ids = list(layer_ids)
     if not ids:
         raise ValueError(
             f"DFLASH target layer ids are empty for {owner}: the draft would get no target hidden states. "
-            f"List at least one layer id in [0, {num_layers}) in `dflash_config.target_layer_ids`."
+            f"List at least one layer id in [0, {num_layers}) in `{field}`."
         )
     for pos, layer_id in enumerate(ids):
-        if isinstance(layer_id, bool) or not isinstance(layer_id, numbers.Integral):
+        ids[pos] = as_int(layer_id)
+        if ids[pos] is None:
             raise ValueError(
                 f"DFLASH target layer id #{pos} is {layer_id!r} ({type(layer_id).__name__}); "
                 f"layer ids must be ints in [0, {num_layers})."
             )
-        if not 0 <= int(layer_id) < num_layers:
+        if not 0 <= ids[pos] < num_layers:
             raise ValueError(
-                f"DFLASH target layer id {int(layer_id)} is out of range: {owner} has {num_layers} "
-                f"decoder layers, so ids must be in [0, {num_layers}). Fix `dflash_config.target_layer_ids` "
+                f"DFLASH target layer id {ids[pos]} is out of range: {owner} has {num_layers} "
+                f"decoder layers, so ids must be in [0, {num_layers}). Fix `{field}` "
                 "in the draft's config.json (was the draft trained for another target?)."
             )
-    ids = [int(i) for i in ids]
     if ids != sorted(set(ids)):
         raise ValueError(
             f"DFLASH target layer ids must be strictly increasing, got {ids}: SGLang captures hidden "
@@ -74,19 +94,35 @@ def validate_layer_ids(layer_ids, num_layers: int, *, owner: str = "the target")
     return ids
 
 
-def set_dflash_layers_to_capture(self, layer_ids):
-    """Capture the outputs of decoder layers ``layer_ids`` (transformers numbering) for the DFlash draft."""
-    text_model = text_model_of(self)
+def checked_layer_ids(model, layer_ids) -> list[int]:
+    """The start-up checks of a DFLASH run on a Gemma 4 target: hooks in place, then the ids."""
+    from sglang_gemma4_dflash import plugin  # the plugin module imports this one
+
+    plugin.require_in_place()
+    text_model = text_model_of(model)
     num_layers = int(text_model.config.num_hidden_layers)
-    ids = validate_layer_ids(layer_ids, num_layers, owner=type(self).__name__)
+    ids = validate_layer_ids(layer_ids, num_layers, owner=type(model).__name__)
     if ids[-1] == num_layers - 1:
         logger.warning(
             "DFLASH target layer id %d is the last layer of %s: SGLang captures it before the final norm, "
             "transformers' output_hidden_states[-1] is after it. Check that the draft was trained on the "
-            "pre-norm state.", ids[-1], type(self).__name__,
+            "pre-norm state.",
+            ids[-1],
+            type(model).__name__,
         )
+    return ids
+
+
+def set_dflash_layers_to_capture(self, layer_ids):
+    """Capture the outputs of decoder layers ``layer_ids`` (transformers numbering) for the DFlash draft."""
+    ids = checked_layer_ids(self, layer_ids)
     self.capture_aux_hidden_states = True
-    text_model.layers_to_capture = [i + 1 for i in ids]
+    text_model_of(self).layers_to_capture = [i + 1 for i in ids]
+
+
+def check_then_capture(original, self, layer_ids):
+    """Around upstream's ``set_dflash_layers_to_capture`` (0.5.14+): check, then upstream's method runs."""
+    return original(self, layer_ids=checked_layer_ids(self, layer_ids))
 
 
 # Marks the method as this plugin's, so compat.probe() tells it apart from upstream's.

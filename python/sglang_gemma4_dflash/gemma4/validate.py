@@ -7,7 +7,7 @@ These checks run before the DFlash worker builds anything and name the value and
 
 from __future__ import annotations
 
-from sglang_gemma4_dflash.gemma4.capture import validate_layer_ids
+from sglang_gemma4_dflash.gemma4.capture import as_int, validate_layer_ids
 
 
 def _text_config(config):
@@ -26,15 +26,17 @@ def _get(config, key, default=None):
 
 
 def dflash_fields(draft_config) -> dict:
-    """The draft's `dflash_config` block (a dict), falling back to top-level keys as SGLang does."""
+    """The draft's DFlash fields as ``{key: (value, where)}``: from its `dflash_config` block, else from
+    the top level as SGLang does; ``where`` names the field for messages."""
     block = _get(draft_config, "dflash_config", None) or {}
     if not isinstance(block, dict):
         block = dict(vars(block))
     fields = {}
     for key in ("target_layer_ids", "mask_token_id", "block_size"):
-        value = block.get(key, _get(draft_config, key, None))
-        if value is not None:
-            fields[key] = value
+        if block.get(key) is not None:
+            fields[key] = (block[key], f"dflash_config.{key}")
+        elif _get(draft_config, key, None) is not None:
+            fields[key] = (_get(draft_config, key), key)
     return fields
 
 
@@ -63,11 +65,13 @@ def validate_draft_against_target(target_config, draft_config, *, draft_path: st
 
     fields = dflash_fields(draft_config)
     if "target_layer_ids" in fields:
-        validate_layer_ids(fields["target_layer_ids"], target_layers, owner=f"the target (draft {draft_path})")
+        layer_ids, where = fields["target_layer_ids"]
+        validate_layer_ids(layer_ids, target_layers, owner=f"the target (draft {draft_path})", field=where)
     if "mask_token_id" in fields:
-        mask_id = fields["mask_token_id"]
-        if isinstance(mask_id, bool) or not isinstance(mask_id, int) or not 0 <= mask_id < target_vocab:
+        mask_id, where = fields["mask_token_id"]
+        if as_int(mask_id) is None or not 0 <= as_int(mask_id) < target_vocab:
             raise ValueError(
-                f"DFLASH draft {draft_path} has dflash_config.mask_token_id={mask_id!r}, outside the target's "
-                f"vocabulary [0, {target_vocab}). Set it to the target tokenizer's mask token id."
+                f"DFLASH draft {draft_path} has {where}={mask_id!r}, "
+                + ("not an int" if as_int(mask_id) is None else "outside the target's vocabulary")
+                + f"; it must be a token id in [0, {target_vocab}). Set it to the target tokenizer's mask token id."
             )

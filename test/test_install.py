@@ -1,0 +1,239 @@
+"""How the plugin installs itself in real SGLang processes: whole pieces or nothing, a clear refusal at
+DFLASH start-up when a needed hook is not in place, every DFlash worker class the line can pick,
+upstream's capture method kept, and logging left to SGLang.
+
+Each case runs in a fresh interpreter (SGLang's loader and HookRegistry are process-global) on SGLang
+0.5.2x (this interpreter) and, where marked, on 0.5.13 (the v1 worker).
+"""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from sglang_gemma4_dflash import hooks
+from sglang_gemma4_dflash.compat import SGLangFeatures, TargetClass, WorkerClass
+
+HEADER = textwrap.dedent(
+    """
+    import json, logging, sys
+    from types import SimpleNamespace
+    from sglang_gemma4_dflash_testkit.cpu_standins import install
+    install()
+    from sglang.srt.models.gemma4_causal import Gemma4ForCausalLM
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.plugins.hook_registry import HookRegistry
+    from sglang_gemma4_dflash import compat
+    from sglang_gemma4_dflash.dflash import worker_hooks
+    WORKER = compat.resolve(compat.probe().workers[0].path)
+
+    def start(ids=(0, 2)):
+        # What a DFLASH start does first with a Gemma 4 target: set the capture layers.
+        model = SimpleNamespace(model=SimpleNamespace(layers_to_capture=[], config=SimpleNamespace(num_hidden_layers=4)))
+        try:
+            Gemma4ForCausalLM.set_dflash_layers_to_capture(model, ids)
+        except (RuntimeError, ValueError) as exc:
+            return type(exc).__name__ + ": " + str(exc)
+        return {"layers_to_capture": model.model.layers_to_capture, "aux": model.capture_aux_hidden_states}
+
+    def hooked():
+        return sorted(t.rsplit(".", 2)[-2] + "." + t.rsplit(".", 1)[1] for t, h in HookRegistry._hooks.items() if h)
+    """
+)
+
+
+def run(body: str, python: str = sys.executable, **env_overrides) -> tuple[dict, str]:
+    env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1")
+    env.pop("SGLANG_PLUGINS", None)
+    env.update(env_overrides)
+    proc = subprocess.run(
+        [python, "-c", HEADER + textwrap.dedent(body) + "\nprint(json.dumps(out))"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def _python(request, line):
+    if line == "0.5.13":
+        python, extra = request.getfixturevalue("sglang_0513")
+        return python, extra
+    return sys.executable, {}
+
+
+# --------------------------------------------------------------------------- item 2: whole pieces
+
+
+@pytest.mark.parametrize("line", ["0.5.2x", "0.5.13"])
+def test_a_worker_without_the_head_method_gets_no_hook_and_dflash_start_is_refused(request, line):
+    python, extra = _python(request, line)
+    out, log = run(
+        """
+        del WORKER._greedy_sample_from_vocab_parallel_head  # as a line that renamed it would be
+        load_plugins()
+        out = {"hooked": hooked(), "start": start()}
+        """,
+        python,
+        **extra,
+    )
+    worker = "DFlashWorker." if line == "0.5.13" else "DFlashWorkerV2."
+    assert not [t for t in out["hooked"] if t.startswith(worker)], out["hooked"]  # v1: no step hook alone
+    assert out["start"].startswith("RuntimeError: sglang-gemma4-dflash: DFLASH with a Gemma 4 target")
+    assert "_greedy_sample_from_vocab_parallel_head is not in SGLang" in out["start"]
+    assert "SGLANG_PLUGINS" in out["start"]
+    assert "NOT installed" in log
+
+
+def test_a_head_method_with_other_arguments_gets_no_hook():
+    out, _ = run(
+        """
+        def head(self, hs, head, chunk_size=256):  # positional names the hook cannot pass
+            raise AssertionError
+        WORKER._greedy_sample_from_vocab_parallel_head = head
+        load_plugins()
+        out = {"hooked": hooked(), "start": start()}
+        """
+    )
+    assert not [t for t in out["hooked"] if t.startswith("DFlashWorkerV2.")]
+    assert "takes no argument 'hidden_states' by name" in out["start"]
+
+
+def test_a_hook_sglang_failed_to_apply_refuses_the_dflash_start():
+    out, log = run(
+        """
+        from sglang_gemma4_dflash import plugin
+        plugin.register()  # what load_plugins() does first ...
+        del WORKER._maybe_build_draft_sampler
+        HookRegistry.apply_hooks()  # ... then this, which only logs a target it cannot patch
+        out = {"start": start()}
+        """
+    )
+    assert "Failed to apply hooks" in log
+    assert "_maybe_build_draft_sampler" in out["start"] and "did not apply it" in out["start"]
+
+
+@pytest.mark.parametrize("line", ["0.5.2x", "0.5.13"])
+def test_a_complete_install_lets_the_dflash_start_through(request, line):
+    python, extra = _python(request, line)
+    out, _ = run("load_plugins()\nout = {'start': start()}", python, **extra)
+    assert out["start"] == {"layers_to_capture": [1, 3], "aux": True}
+
+
+# --------------------------------------------------------------------------- item 6: upstream's method runs
+
+
+def test_upstream_capture_method_runs_after_the_plugin_checks():
+    out, _ = run(
+        """
+        import torch
+        calls = []
+        upstream = Gemma4ForCausalLM.set_dflash_layers_to_capture
+        def recording(self, layer_ids):  # stands for whatever upstream adds to its method later
+            calls.append([int(i) for i in layer_ids])
+            return upstream(self, layer_ids)
+        Gemma4ForCausalLM.set_dflash_layers_to_capture = recording
+        load_plugins()
+        out = {"ok": start(torch.tensor([0, 2])), "bad": start([2, 0]), "calls": calls}
+        """
+    )
+    assert out["ok"] == {"layers_to_capture": [1, 3], "aux": True}  # torch ids accepted (item 8)
+    assert out["bad"].startswith("ValueError: DFLASH target layer ids must be strictly increasing")
+    assert out["calls"] == [[0, 2]]  # upstream ran once, with the checked ids, and not for the bad ones
+
+
+# --------------------------------------------------------------------------- item 3: every worker class
+
+
+@pytest.mark.parametrize("line", ["0.5.2x", "0.5.13"])
+def test_the_worker_class_each_line_instantiates_is_hooked(request, line):
+    python, extra = _python(request, line)
+    out, _ = run(
+        """
+        from sglang.srt.server_args import ServerArgs
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+        load_plugins()
+        out = {}
+        for disable_overlap in (True, False):
+            args = ServerArgs(model_path="dummy", device="cpu", disable_overlap_schedule=disable_overlap)
+            try:
+                cls = SpeculativeAlgorithm.from_string("DFLASH").create_worker(args)
+            except ValueError as exc:  # this line refuses DFLASH under the overlap scheduler
+                out[str(disable_overlap)] = str(exc)
+                continue
+            path = cls.__module__ + "." + cls.__qualname__
+            out[str(disable_overlap)] = [path, all(
+                compat.hook_in_place(path + "." + name, impl)
+                for name, impl in (("__init__", worker_hooks.check_draft_at_init),
+                                   ("_greedy_sample_from_vocab_parallel_head", worker_hooks.greedy_sample))
+            )]
+        """,
+        python,
+        **extra,
+    )
+    if line == "0.5.13":
+        assert out["True"] == ["sglang.srt.speculative.dflash_worker.DFlashWorker", True]
+        assert "does not support overlap" in out["False"]
+    else:
+        for flag in ("True", "False"):  # one v2 class drives both schedulers
+            assert out[flag] == ["sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2", True]
+
+
+def test_a_line_with_both_worker_classes_gets_both_hooked():
+    targets = (TargetClass("sglang.srt.models.gemma4_causal.Gemma4ForCausalLM", True),)
+    workers = (
+        WorkerClass("v2", "x.dflash_worker_v2.DFlashWorkerV2", graph_sampler=True),
+        WorkerClass("v1", "x.dflash_worker.DFlashWorker", graph_sampler=False),
+    )
+    changes, _ = hooks.plan(SGLangFeatures("test", workers, targets, ()))
+    hooked = {c.target.split(".", 1)[1] for c in changes}
+    for worker in ("dflash_worker_v2.DFlashWorkerV2", "dflash_worker.DFlashWorker"):
+        assert f"{worker}._greedy_sample_from_vocab_parallel_head" in hooked
+        assert f"{worker}.__init__" in hooked
+    assert "dflash_worker.DFlashWorker._prepare_for_speculative_decoding" in hooked
+    assert "dflash_worker_v2.DFlashWorkerV2._prepare_for_speculative_decoding" not in hooked
+    assert len({c.piece for c in changes if "DFlashWorker." in c.target}) == 1  # v1: one piece, whole
+
+
+# --------------------------------------------------------------------------- item 7: logging
+
+
+def test_the_start_up_line_shows_before_sglang_configures_logging_and_then_sglang_governs():
+    out, log = run(
+        """
+        load_plugins()  # no logging configured yet, as in a fresh SGLang process
+        package = logging.getLogger("sglang_gemma4_dflash")
+        out = {"handlers": len(package.handlers), "propagate": package.propagate, "level": package.level}
+        logging.basicConfig(level=logging.WARNING, force=True)  # SGLang's configure_logger, --log-level warning
+        logging.getLogger("sglang_gemma4_dflash.plugin").info("MUST-NOT-SHOW")
+        logging.getLogger("sglang_gemma4_dflash.plugin").warning("MUST-SHOW")
+        """
+    )
+    assert out == {"handlers": 0, "propagate": True, "level": logging.NOTSET}
+    assert len([line for line in log.splitlines() if "sglang-gemma4-dflash" in line and "installed:" in line]) == 1
+    assert "MUST-SHOW" in log and "MUST-NOT-SHOW" not in log
+
+
+# --------------------------------------------------------------------------- item 8: doctor
+
+
+def test_doctor_lists_nothing_as_installed_when_sglang_plugins_leaves_the_plugin_out():
+    body = """
+        from sglang_gemma4_dflash import doctor
+        info = doctor.report()
+        out = {"installs": len(info["plugin_installs"]), "would": len(info["plugin_would_install"]),
+               "text": doctor.format_report(info)}
+        """
+    out, _ = run(body, SGLANG_PLUGINS="some_other_plugin")
+    assert out["installs"] == 0 and out["would"] > 0
+    assert "disabled by SGLANG_PLUGINS=some_other_plugin" in out["text"]
+    assert "the plugin would install (it is not loaded here" in out["text"]
+    assert "Gemma4UnifiedForConditionalGeneration (inherits)" in out["text"]
+    enabled, _ = run(body)
+    assert enabled["installs"] == enabled["would"] > 0 and "the plugin installs:" in enabled["text"]
