@@ -99,8 +99,9 @@ def test_graph_sampler_hook_defers_to_upstream_at_tp1(gemma4):
 class _InitSignature:
     """The keyword names the hook binds, as both SGLang lines spell them."""
 
-    def __init__(self, server_args, gpu_id, tp_rank, dp_rank, moe_ep_rank, attn_cp_rank, moe_dp_rank, nccl_port,
-                 target_worker):
+    def __init__(
+        self, server_args, gpu_id, tp_rank, dp_rank, moe_ep_rank, attn_cp_rank, moe_dp_rank, nccl_port, target_worker
+    ):
         self.initialised = True
 
 
@@ -110,20 +111,28 @@ def tiny_dirs(tmp_path_factory):
 
 
 def _init_with_draft(gemma4, draft_dir):
-    target_worker = SimpleNamespace(model_runner=SimpleNamespace(model=gemma4, model_config=SimpleNamespace(
-        hf_config=gemma4.config)))
-    server_args = SimpleNamespace(speculative_draft_model_path=str(draft_dir), trust_remote_code=False,
-                                  speculative_draft_model_revision=None)
+    target_worker = SimpleNamespace(
+        model_runner=SimpleNamespace(model=gemma4, model_config=SimpleNamespace(hf_config=gemma4.config))
+    )
+    server_args = SimpleNamespace(
+        speculative_draft_model_path=str(draft_dir), trust_remote_code=False, speculative_draft_model_revision=None
+    )
     worker = _InitSignature.__new__(_InitSignature)
-    worker_hooks.check_draft_at_init(_InitSignature.__init__, worker, server_args, 0, 0, None, 0, 0, 0, 0,
-                                     target_worker=target_worker)
+    worker_hooks.check_draft_at_init(
+        _InitSignature.__init__, worker, server_args, 0, 0, None, 0, 0, 0, 0, target_worker=target_worker
+    )
     return worker
 
 
 def test_init_hook_lets_a_fitting_draft_through(gemma4, tiny_dirs, tmp_path):
     # The CPU test model is smaller than the tiny checkpoint: give the draft its sizes.
-    draft = _draft_copy(tiny_dirs["draft"], tmp_path, hidden_size=gemma4.config.hidden_size,
-                        vocab_size=gemma4.config.vocab_size, target_layer_ids=[1, 3])
+    draft = _draft_copy(
+        tiny_dirs["draft"],
+        tmp_path,
+        hidden_size=gemma4.config.hidden_size,
+        vocab_size=gemma4.config.vocab_size,
+        target_layer_ids=[1, 3],
+    )
     assert _init_with_draft(gemma4, draft).initialised
 
 
@@ -137,8 +146,12 @@ def test_init_hook_lets_a_fitting_draft_through(gemma4, tiny_dirs, tmp_path):
     ],
 )
 def test_init_hook_refuses_a_draft_that_does_not_fit_before_init_runs(gemma4, tiny_dirs, tmp_path, change, message):
-    fields = {"hidden_size": gemma4.config.hidden_size, "vocab_size": gemma4.config.vocab_size,
-              "target_layer_ids": [1, 3], **change}
+    fields = {
+        "hidden_size": gemma4.config.hidden_size,
+        "vocab_size": gemma4.config.vocab_size,
+        "target_layer_ids": [1, 3],
+        **change,
+    }
     draft = _draft_copy(tiny_dirs["draft"], tmp_path, **fields)
     with pytest.raises(ValueError, match=message):
         _init_with_draft(gemma4, draft)
@@ -150,3 +163,32 @@ def _draft_copy(src, dst, *, hidden_size, vocab_size, target_layer_ids, mask_tok
     config["dflash_config"].update(target_layer_ids=target_layer_ids, mask_token_id=mask_token_id)
     (dst / "config.json").write_text(json.dumps(config))
     return dst
+
+
+def test_eager_head_hook_passes_unknown_arguments_to_upstream_unchanged(gemma4):
+    hidden = torch.zeros(3, gemma4.config.hidden_size)
+    seen = {}
+
+    def original(worker, *args, **kwargs):  # a fork's head with an extra argument
+        seen.update(args=args, kwargs=kwargs)
+        return "upstream"
+
+    got = worker_hooks.greedy_sample(
+        original, _worker(gemma4), hidden_states=hidden, lm_head=gemma4.lm_head, return_confidence=True
+    )
+    assert got == "upstream"
+    assert seen["kwargs"] == {"hidden_states": hidden, "lm_head": gemma4.lm_head, "return_confidence": True}
+    assert worker_hooks.greedy_sample(original, _worker(gemma4), hidden, gemma4.lm_head) == "upstream"
+    assert seen["args"] == (hidden, gemma4.lm_head)  # positional: not the plugin's to reinterpret
+
+
+def test_eager_head_hook_keeps_its_own_head_with_upstream_chunk_size(gemma4):
+    hidden = torch.randn(5, gemma4.config.hidden_size, generator=torch.Generator().manual_seed(1))
+
+    def original(worker, **kwargs):
+        raise AssertionError("upstream's head must not run for a Gemma 4 target")
+
+    got = worker_hooks.greedy_sample(
+        original, _worker(gemma4), hidden_states=hidden, lm_head=gemma4.lm_head, chunk_size=2
+    )
+    assert torch.equal(got, torch.argmax(hidden @ gemma4.lm_head.weight.T, dim=-1))

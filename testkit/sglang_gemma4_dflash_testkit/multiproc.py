@@ -4,7 +4,8 @@
 distributed state in each (``init_distributed_environment`` over gloo, then
 ``initialize_model_parallel``, so ``get_tp_group()`` is SGLang's real GroupCoordinator) and returns
 ``[fn(rank, world_size, *args) for rank in ranks]``. ``fn`` must be a module-level function and its
-result picklable. A failure on any rank is raised in the caller with that rank's traceback.
+result picklable. ``server_args`` (0.5.2x) are published with the TP size, e.g. DP attention.
+A failure on any rank is raised in the caller with that rank's traceback.
 
 Spawning costs an SGLang import per process: callers run all their cases inside one ``fn``.
 """
@@ -35,7 +36,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _init_sglang_groups(rank: int, world_size: int, port: int) -> None:
+def _init_sglang_groups(rank: int, world_size: int, port: int, server_args: dict) -> None:
     from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
 
     init_distributed_environment(
@@ -46,6 +47,8 @@ def _init_sglang_groups(rank: int, world_size: int, port: int) -> None:
         backend="gloo",
     )
     if "tensor_model_parallel_size" in inspect.signature(initialize_model_parallel).parameters:
+        if server_args:
+            raise ValueError(f"server args {sorted(server_args)} need SGLang's runtime context (0.5.2x)")
         initialize_model_parallel(tensor_model_parallel_size=world_size, backend="gloo")  # up to 0.5.1x
         return
     # 0.5.2x reads the widths from the published runtime context.
@@ -55,7 +58,7 @@ def _init_sglang_groups(rank: int, world_size: int, port: int) -> None:
 
     reset_context()
     publish(
-        ServerArgs(model_path="dummy", tp_size=world_size, device="cpu"),
+        ServerArgs(model_path="dummy", tp_size=world_size, device="cpu", **server_args),
         role="test",
         ranks=SpawnRanks(world_rank=rank),
     )
@@ -63,23 +66,26 @@ def _init_sglang_groups(rank: int, world_size: int, port: int) -> None:
     initialize_model_parallel(backend="gloo")
 
 
-def _child(rank: int, world_size: int, port: int, fn, args, results) -> None:
+def _child(rank: int, world_size: int, port: int, server_args: dict, fn, args, results) -> None:
     try:
         os.environ.update(CHILD_ENV)
         from sglang_gemma4_dflash_testkit.cpu_standins import install
 
         install()
-        _init_sglang_groups(rank, world_size, port)
+        _init_sglang_groups(rank, world_size, port, server_args)
         results.put((rank, True, fn(rank, world_size, *args)))
     except BaseException:  # report everything, including assertion errors, to the parent
         results.put((rank, False, traceback.format_exc()))
 
 
-def run_ranks(world_size: int, fn, *args, timeout: float = TIMEOUT_S) -> list:
+def run_ranks(world_size: int, fn, *args, timeout: float = TIMEOUT_S, server_args: dict | None = None) -> list:
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_child, args=(r, world_size, port, fn, args, results)) for r in range(world_size)]
+    procs = [
+        ctx.Process(target=_child, args=(r, world_size, port, dict(server_args or {}), fn, args, results))
+        for r in range(world_size)
+    ]
     for p in procs:
         p.start()
     out, failures = {}, []

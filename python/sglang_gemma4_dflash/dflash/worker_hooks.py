@@ -44,14 +44,29 @@ def check_draft_at_init(original, self, *args, **kwargs):
     return original(self, *args, **kwargs)
 
 
-def greedy_sample(original, self, *, hidden_states, lm_head, **kwargs):
+# Keyword arguments of upstream's head that change nothing in its answer (only how it chunks the rows).
+HEAD_KWARGS = frozenset({"chunk_size"})
+
+
+def greedy_sample(original, self, *args, **kwargs):
     """Around ``_greedy_sample_from_vocab_parallel_head``: the plugin's exact, TP-synced head for Gemma 4.
 
     Quantized (non-dense) heads stay with upstream, which has their kernels where it supports them.
+    So does any call with arguments the plugin does not know (a fork's ``return_confidence=``, say):
+    upstream gets it unchanged. The head is split over ``compat.batch_group()``: the ranks that share
+    the rows (under DP attention, one DP group's attention-TP ranks).
     """
-    if not compat.is_gemma4_target(compat.target_model_of(self)) or not is_dense_head(lm_head):
-        return original(self, hidden_states=hidden_states, lm_head=lm_head, **kwargs)
-    return greedy_token_ids(hidden_states, lm_head, compat.tp_group())
+    hidden_states, lm_head = kwargs.get("hidden_states"), kwargs.get("lm_head")
+    if (
+        args
+        or hidden_states is None
+        or lm_head is None
+        or set(kwargs) - HEAD_KWARGS - {"hidden_states", "lm_head"}
+        or not is_dense_head(lm_head)
+        or not compat.is_gemma4_target(compat.target_model_of(self))
+    ):
+        return original(self, *args, **kwargs)
+    return greedy_token_ids(hidden_states, lm_head, compat.batch_group())
 
 
 def draft_step_with_replicated_head(original, self, *args, **kwargs):
@@ -79,11 +94,12 @@ def build_split_sampler(original, self, *args, **kwargs):
     Upstream keeps the draft head eager at TP>1 when the head has no ``shard_indices`` and then
     scores the full vocabulary on every rank with no sync. For a Gemma 4 target in that case the
     plugin returns its split sampler: each rank scores 1/tp of the vocabulary inside the draft CUDA
-    graph and all ranks pick from the same gathered candidates.
+    graph and all ranks pick from the same gathered candidates. Under DP attention the split runs over
+    one DP group's ranks (``compat.batch_group()``); with one rank per group upstream's sampler stays.
     """
     target_model = compat.target_model_of(self)
     lm_head = getattr(target_model, "lm_head", None)
-    tp_group = compat.tp_group()
+    tp_group = compat.batch_group()
     if (
         lm_head is None
         or not compat.is_gemma4_target(target_model)
