@@ -4,5 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv-main}
-[ -x "$VENV/bin/python" ] || bash scripts/make_venv.sh 0.5.23 "$VENV"
-exec "$VENV/bin/python" -m sglang_gemma4_dflash_testkit "$@"
+START=$(date +%s)
+if [ -x "$VENV/bin/python" ]; then
+    echo "main job: using the venv $VENV"
+else
+    echo "main job: building the venv $VENV first (SGLang 0.5.23 for CPU; about 3-4 minutes, once)"
+    bash scripts/make_venv.sh 0.5.23 "$VENV"
+fi
+echo "main job: running python -m sglang_gemma4_dflash_testkit $*"
+rc=0
+"$VENV/bin/python" -m sglang_gemma4_dflash_testkit "$@" || rc=$?
+echo "main job: exit code $rc after $(( $(date +%s) - START )) s"
+exit "$rc"

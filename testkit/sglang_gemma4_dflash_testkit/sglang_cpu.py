@@ -4,8 +4,9 @@ Used by the tests and by the main job's capture check. What they need from SGLan
 
 * ``use_cpu_engine()``: ``SGLANG_USE_CPU_ENGINE=1`` and the ``sgl_kernel`` stand-ins, before anything
   imports SGLang (``conftest.py`` calls it at collection).
-* ``init_tp1()``: one process, world size 1, gloo; SGLang's runtime context (server args) published
-  and its model-parallel groups built, as SGLang's own layer unit tests do. Once per process.
+* ``init_sglang_groups(rank, world_size, port)``: SGLang's server args published and its distributed and
+  model-parallel groups built over gloo, as SGLang's own layer unit tests do (``multiproc`` calls it per rank);
+  ``init_tp1()``: the same for this one process, world size 1, once.
 * ``tiny_text_config()`` / ``tiny_mm_config()``: small Gemma 4 configs that still have what matters
   (sliding and full attention, per-layer inputs, logit soft-capping, tied embeddings).
 * ``build_pair(config)``: a seeded transformers model and the SGLang model of the same class, the
@@ -57,52 +58,79 @@ def use_cpu_engine() -> None:
     cpu_standins.install()
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (for torch.distributed's rendezvous)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def init_sglang_groups(rank: int = 0, world_size: int = 1, port: int | None = None, extra_args: dict | None = None) -> None:
+    """SGLang's server args published, then its distributed and model-parallel state over gloo: rank ``rank``
+    of ``world_size`` (TP = world_size), rendezvous on 127.0.0.1:``port``. Once per process."""
+    from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel, parallel_state
+    from sglang.srt.server_args import ServerArgs
+
+    extra_args = dict(extra_args or {})
+    server_args = ServerArgs(
+        model_path="dummy", device="cpu", tp_size=world_size, attention_backend="torch_native", **extra_args
+    )
+    context = _publish_server_args(server_args, rank)
+    if context is None and extra_args:
+        raise ValueError(f"server args {sorted(extra_args)} need SGLang's runtime context (0.5.2x)")
+    init_distributed_environment(
+        world_size=world_size,
+        rank=rank,
+        local_rank=rank,
+        backend="gloo",
+        distributed_init_method=f"tcp://127.0.0.1:{port or free_port()}",
+    )
+    # No custom all-reduce on CPU (as --disable-custom-all-reduce; SGLang would try it and warn at world size > 1).
+    parallel_state.set_custom_all_reduce(False)
+    if context is None:  # 0.5.11-0.5.16: the widths are arguments
+        initialize_model_parallel(tensor_model_parallel_size=world_size, backend="gloo")
+    else:  # 0.5.2x: the widths come from the published context, the world group from SGLang's own
+        context.get_parallel().override_permanently(world_group=parallel_state._WORLD)
+        initialize_model_parallel(backend="gloo")
+
+
+def destroy_sglang_groups() -> None:
+    """Undo ``init_sglang_groups``. This also frees the groups' shared-memory broadcast buffers, which a process
+    that just exits leaves behind (Python's resource tracker then warns about leaked shared_memory objects)."""
+    from sglang.srt.distributed import destroy_distributed_environment, destroy_model_parallel
+
+    destroy_model_parallel()
+    destroy_distributed_environment()
 
 
 _initialised = False
 
 
 def init_tp1() -> None:
-    """World size 1 over gloo, SGLang's server args published, model-parallel groups built. Idempotent."""
+    """``init_sglang_groups()`` for this process (world size 1) unless done already. Idempotent."""
     global _initialised
     if _initialised:
         return
-    from sglang.srt.distributed.parallel_state import (
-        init_distributed_environment,
-        initialize_model_parallel,
-        model_parallel_is_initialized,
-    )
-    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.distributed.parallel_state import model_parallel_is_initialized
 
     if torch.distributed.is_initialized() or model_parallel_is_initialized():
         raise RuntimeError("torch.distributed is already initialised in this process; init_tp1() must own it.")
-    server_args = ServerArgs(model_path="dummy", device="cpu", tp_size=1, attention_backend="torch_native")
-    _publish_server_args(server_args)
-    init_distributed_environment(
-        world_size=1,
-        rank=0,
-        local_rank=0,
-        backend="gloo",
-        distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
-    )
-    initialize_model_parallel(backend="gloo")
+    init_sglang_groups()
     _initialised = True
 
 
-def _publish_server_args(server_args) -> None:
-    """SGLang 0.5.2x publishes a runtime context; 0.5.11-0.5.16 keep one global ServerArgs."""
+def _publish_server_args(server_args, rank: int = 0):
+    """Make ``server_args`` SGLang's current ones: 0.5.2x publishes a runtime context (returned, the module);
+    0.5.11-0.5.16 keep one global ServerArgs (returns None)."""
     try:
-        from sglang.srt.runtime_context import SpawnRanks, publish
+        from sglang.srt import runtime_context
     except ImportError:
         from sglang.srt.server_args import set_global_server_args_for_scheduler
 
         set_global_server_args_for_scheduler(server_args)
-    else:
-        publish(server_args, role="test", ranks=SpawnRanks(world_rank=0))
+        return None
+    runtime_context.publish(server_args, role="test", ranks=runtime_context.SpawnRanks(world_rank=rank))
+    return runtime_context
 
 
 # --- tiny configs ----------------------------------------------------------------------------------
