@@ -74,12 +74,22 @@ def flush_cache(base_url: str, timeout: float = 60.0) -> str:
     return http_text(base_url + "/flush_cache", timeout=timeout).strip()
 
 
-def generate(base_url: str, input_ids: Sequence[int], max_new_tokens: int, timeout: float = 3600.0, **sampling) -> dict:
-    """One greedy `/generate` call on token ids; returns SGLang's answer (output_ids, text, meta_info)."""
-    params = {**GREEDY, **sampling, "max_new_tokens": int(max_new_tokens)}
-    out = http_json(
-        base_url + "/generate", {"input_ids": [int(t) for t in input_ids], "sampling_params": params}, timeout
-    )
+def generate(
+    base_url: str,
+    prompt: str | Sequence[int],
+    max_new_tokens: int,
+    timeout: float = 3600.0,
+    sampling: Optional[dict] = None,
+) -> dict:
+    """One `/generate` call on a text or on token ids; `sampling` defaults to GREEDY. Returns SGLang's answer
+    (output_ids, text, meta_info)."""
+    params = {**(GREEDY if sampling is None else sampling), "max_new_tokens": int(max_new_tokens)}
+    payload: dict = {"sampling_params": params}
+    if isinstance(prompt, str):
+        payload["text"] = prompt
+    else:
+        payload["input_ids"] = [int(t) for t in prompt]
+    out = http_json(base_url + "/generate", payload, timeout)
     if not isinstance(out, dict) or "output_ids" not in out:
         raise HTTPRequestError(f"{base_url}/generate: no output_ids in answer: {str(out)[:500]}")
     return out
