@@ -12,6 +12,8 @@ what finished is still in --out).
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -37,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     servers.add_argument("--launch", metavar="TARGET", help="start a plain, then a DFLASH server of TARGET here")
     servers.add_argument("--draft", help="the DFlash draft for --launch")
     servers.add_argument("--tp", type=int, default=1, help="tensor parallel size for --launch (default 1)")
+    servers.add_argument(
+        "--dflash-args", default="", help='more arguments for the launched DFLASH server only, one string ("--a 1 --b")'
+    )
     servers.add_argument("--launcher", default=launcher.DEFAULT_LAUNCHER, help="module run by --launch")
     servers.add_argument("--ready-timeout", type=float, default=1800.0, help="seconds a launched server may take")
     servers.add_argument("--log-dir", help="launched servers' logs (default: next to --out)")
@@ -61,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--out", default="bench_result.json", help="result JSON (default bench_result.json)")
     out.add_argument("--plot", help="PNG with speedup and accept length")
     out.add_argument("--no-progress", action="store_true", help="no tqdm progress bars")
+    out.add_argument("--replot", metavar="JSON", help="only draw --plot from an earlier result JSON")
     return p
 
 
@@ -72,6 +78,10 @@ def parse(argv: Optional[list[str]]) -> tuple[argparse.Namespace, list[str]]:
         argv, extra = argv[:cut], argv[cut + 1 :]
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.replot:
+        if not args.plot:
+            parser.error("--replot needs --plot")
+        return args, extra
     try:
         args.concurrency = sorted({int(c) for v in args.concurrency for c in str(v).split(",") if c})
     except ValueError:
@@ -96,18 +106,21 @@ def parse(argv: Optional[list[str]]) -> tuple[argparse.Namespace, list[str]]:
 # ------------------------------------------------------------------------------------------------------- servers
 
 
-def check_server(url: str, flag: str, expect: str) -> dict:
-    """model and server info of a running server; BenchError unless it serves the expected algorithm."""
-    url = url.rstrip("/")
+def server_entry(url: str, flag: str) -> dict:
+    """Model and server info of a running server (the `servers` entry of the result)."""
     try:
         model = client.model_info(url)
         info = client.server_info(url)
     except client.HTTPRequestError as e:
         raise BenchError(f"{flag} {url}: {e}; start the server first, or use --launch") from None
     spec = client.spec_summary(info)
-    entry = {"url": url, "model_path": model.get("model_path"), "tokenizer_path": model.get("tokenizer_path"),
-             "spec": spec.as_dict(), "server_info": info}  # fmt: skip
-    running = spec.speculative_algorithm
+    return {"url": url, "model_path": model.get("model_path"), "tokenizer_path": model.get("tokenizer_path"),
+            "spec": spec.as_dict(), "server_info": info}  # fmt: skip
+
+
+def require_algorithm(entry: dict, flag: str, expect: str) -> None:
+    """BenchError unless the server runs `expect` (DFLASH, ...; "none": plain; "any": anything)."""
+    running, url = entry["spec"]["speculative_algorithm"], entry["url"]
     wanted = expect.lower()
     if wanted == "none" and running:
         raise BenchError(f"{flag} {url} runs speculative_algorithm={running}; a plain server is expected there")
@@ -117,13 +130,13 @@ def check_server(url: str, flag: str, expect: str) -> dict:
             f"--speculative-algorithm {expect} --speculative-draft-model-path DRAFT "
             "(or pass --expect-algorithm none/any to measure it as it is)"
         )
-    return entry
 
 
 def launch_args(arm: str, args: argparse.Namespace, extra: list[str]) -> list[str]:
     out = ["--tp-size", str(args.tp)] if args.tp != 1 else []
     if arm == "dflash":
         out += ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", args.draft]
+        out += shlex.split(args.dflash_args)
     return out + extra
 
 
@@ -208,11 +221,14 @@ class Run:
     def run_urls(self) -> None:
         a = self.args
         urls = {"dflash": a.url.rstrip("/")}
-        self.result["servers"]["dflash"] = check_server(urls["dflash"], "--url", a.expect_algorithm)
         if a.baseline_url:
             urls["baseline"] = a.baseline_url.rstrip("/")
-            self.result["servers"]["baseline"] = check_server(urls["baseline"], "--baseline-url", "none")
-        self.save()
+        checks = {"dflash": ("--url", a.expect_algorithm), "baseline": ("--baseline-url", "none")}
+        for arm, url in urls.items():
+            flag, expect = checks[arm]
+            self.result["servers"][arm] = server_entry(url, flag)
+            self.save()
+            require_algorithm(self.result["servers"][arm], flag, expect)
         dflash = self.result["servers"]["dflash"]
         self.prepare(a.tokenizer or dflash["tokenizer_path"] or dflash["model_path"])
         for arm in ARMS:
@@ -241,7 +257,8 @@ class Run:
             try:
                 expect = "none" if arm == "baseline" else "DFLASH"
                 flag = f"--launch ({arm})"
-                self.result["servers"][arm].update(check_server(server.base_url, flag, expect))
+                self.result["servers"][arm].update(server_entry(server.base_url, flag))
+                require_algorithm(self.result["servers"][arm], flag, expect)
                 self.measure_arm(arm, server.base_url)
             finally:
                 server.stop()
@@ -292,9 +309,22 @@ def print_summary(rows: list[dict]) -> None:
               f"{f(r['latency_p50_s']):>8}{f(r['latency_p90_s']):>8}")  # fmt: skip
 
 
+def replot(json_path: str, png_path: str) -> int:
+    try:
+        result = json.loads(Path(json_path).read_text())
+        report.plot(png_path, result)
+    except (OSError, ValueError, BenchError) as e:
+        print(f"{PROG}: error: --replot {json_path}: {e}", file=sys.stderr)
+        return 2
+    print(f"plot: {png_path}")
+    return 0
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     args, extra = parse(raw)
+    if args.replot:
+        return replot(args.replot, args.plot)
     run = Run(args, extra, raw)
     code = 0
     try:
