@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
 import time
@@ -130,6 +131,13 @@ def require_algorithm(entry: dict, flag: str, expect: str) -> None:
             f"--speculative-algorithm {expect} --speculative-draft-model-path DRAFT "
             "(or pass --expect-algorithm none/any to measure it as it is)"
         )
+
+
+def startup_failure(error: str) -> str:
+    """The first line of a ServerError plus the last exception line of the log tail it carries."""
+    lines = error.splitlines()
+    raised = [line.strip() for line in lines[1:] if re.match(r"^\s*[\w.]+(Error|Exception): ", line)]
+    return lines[0] + (f" ({raised[-1][:300]})" if raised else "")
 
 
 def launch_args(arm: str, args: argparse.Namespace, extra: list[str]) -> list[str]:
@@ -252,8 +260,9 @@ class Run:
             try:
                 server.__enter__()
             except launcher.ServerError as e:
-                first = str(e).splitlines()[0]
-                raise BenchError(f"the {arm} server did not start: {first}; see its log {log_path}") from None
+                raise BenchError(
+                    f"the {arm} server did not start: {startup_failure(str(e))}; see its log {log_path}"
+                ) from None
             try:
                 expect = "none" if arm == "baseline" else "DFLASH"
                 flag = f"--launch ({arm})"

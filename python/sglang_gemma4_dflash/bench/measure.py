@@ -54,28 +54,24 @@ def run_batch(
     """All prompts with `concurrency` in flight; (requests in prompt order, wall seconds). The first failed
     request stops the batch and raises its error."""
     bar = (
-        need("tqdm", "the progress bar (or pass --no-progress)").tqdm(total=len(prompts), desc=progress)
+        need("tqdm", "progress bars (or pass --no-progress)").tqdm(total=len(prompts), desc=progress)
         if progress
         else None
     )
     start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        futures = [pool.submit(send, base_url, p, max_new_tokens, timeout) for p in prompts]
-        if bar is not None:
-            for f in futures:
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            futures = [pool.submit(send, base_url, p, max_new_tokens, timeout) for p in prompts]
+            for f in futures if bar is not None else ():
                 f.add_done_callback(lambda _: bar.update(1))
-        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-        for f in pending:
-            f.cancel()
-        failed = next((f for f in futures if f.done() and not f.cancelled() and f.exception()), None)
-        if failed is not None:
-            if bar is not None:
-                bar.close()
-            raise failed.exception()
-    wall = time.perf_counter() - start
-    if bar is not None:
-        bar.close()
-    return [f.result() for f in futures], wall
+            _, pending = wait(futures, return_when=FIRST_EXCEPTION)
+            for f in pending:  # only requests not yet started: they come after every started one
+                f.cancel()
+        wall = time.perf_counter() - start
+        return [f.result() for f in futures], wall  # raises the first failure
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def percentile(values: Sequence[float], q: float) -> Optional[float]:

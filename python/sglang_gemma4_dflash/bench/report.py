@@ -65,7 +65,7 @@ def plot(path: str, result: dict) -> None:
         raise BenchError(f"--plot {path}: no finished measurement to plot")
     labels = [f"{r['dataset']}\nc={r['concurrency']}" for r in rows]
     has_speedup = any(r.get("speedup") is not None for r in rows)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(max(6.0, 1.2 * len(rows) + 3), 4), constrained_layout=True)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(max(8.0, 1.4 * len(rows) + 3), 4.5), constrained_layout=True)
     xs = range(len(rows))
     if has_speedup:
         values = [r.get("speedup") or 0.0 for r in rows]
@@ -82,12 +82,13 @@ def plot(path: str, result: dict) -> None:
     right.set_ylabel("accept length (tokens per verify step)")
     _annotate(right, accepts, "{:.2f}")
     if not any(a is not None for a in accepts):
-        right.text(0.5, 0.5, "server returned no accept length", ha="center", va="center", transform=right.transAxes)
+        right.set_yticks([])
+        right.text(0.5, 0.5, "no accept length returned", ha="center", va="center", transform=right.transAxes)
     for ax in (left, right):
         ax.set_xticks(list(xs), labels)
     servers = result.get("servers", {})
-    title = " vs ".join(str(s.get("model_path") or s.get("url")) for s in servers.values() if s)
-    fig.suptitle(f"sglang-gemma4-dflash bench: {title}", fontsize=9)
+    names = [f"{arm}: {Path(str(s.get('model_path') or s.get('url'))).name}" for arm, s in servers.items() if s]
+    fig.suptitle("sglang-gemma4-dflash bench  " + "  |  ".join(names), fontsize=9)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
