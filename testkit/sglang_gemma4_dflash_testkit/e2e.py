@@ -11,225 +11,38 @@ Used by the registered tiny test, the GPU scripts in scripts/gpu/ and the CI job
   picks the speculative-decoding fields out of it.
 - `compare_outputs(plain, spec)` gives one token-identity verdict per prompt.
 
-Only the standard library is used, so the harness works in any environment that can run a server.
+The server launcher, the HTTP helpers, `server_info`/`spec_summary` and the first-difference rule are the wheel's
+(`sglang_gemma4_dflash.bench`: one harness for the bench command and the tests); they are re-exported here under
+their old names. Only the standard library is used besides, so the harness works wherever a server runs.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-DEFAULT_LAUNCHER = "sglang.launch_server"
+from sglang_gemma4_dflash.bench.client import (  # noqa: F401  (re-exported for the test kit's callers)
+    HTTPRequestError,
+    SpecSummary,
+    http_json,
+    http_ok,
+    server_info,
+    spec_summary,
+)
+from sglang_gemma4_dflash.bench.client import generate as _generate
+from sglang_gemma4_dflash.bench.launcher import (  # noqa: F401
+    DEFAULT_LAUNCHER,
+    Server,
+    ServerError,
+    free_port,
+    group_alive,
+)
+from sglang_gemma4_dflash.bench.parity import first_difference
+
 CPU_LAUNCHER = "sglang_gemma4_dflash_testkit.cpu_server"
-
-
-class ServerError(RuntimeError):
-    """The server did not come up (or died); the message carries the tail of its log."""
-
-
-class HTTPRequestError(RuntimeError):
-    """A request got a non-2xx answer or could not be sent; the message names the URL and the body."""
-
-
-# ----------------------------------------------------------------------------------------------------- HTTP basics
-
-
-def http_json(url: str, payload: Optional[dict] = None, timeout: float = 60.0) -> Any:
-    """GET (payload None) or POST JSON to `url`; return the decoded JSON answer."""
-    data = None if payload is None else json.dumps(payload).encode()
-    request = urllib.request.Request(url, data=data, method="GET" if payload is None else "POST")
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = response.read()
-    except urllib.error.HTTPError as e:
-        detail = e.read().decode(errors="replace")[:2000]
-        raise HTTPRequestError(f"{url}: HTTP {e.code}: {detail}") from None
-    except (urllib.error.URLError, OSError) as e:
-        raise HTTPRequestError(f"{url}: {e}") from None
-    try:
-        return json.loads(body)
-    except json.JSONDecodeError:
-        raise HTTPRequestError(f"{url}: answer is not JSON: {body[:500]!r}") from None
-
-
-def http_ok(url: str, timeout: float) -> bool:
-    """True when a GET on `url` answers 2xx within `timeout` seconds."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            response.read()
-            return 200 <= response.status < 300
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
-def free_port() -> int:
-    """A free TCP port below 45000: SGLang derives further ports from the server port by adding an offset
-    (0.5.13 refused SGLANG_GRPC_PORT=69435 for a server on 49435)."""
-    for _ in range(200):
-        port = random.randint(20000, 44999)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise ServerError("no free port found in 20000-44999")
-
-
-# -------------------------------------------------------------------------------------------------------- server
-
-
-@dataclass
-class Server:
-    """One SGLang server process group. Use as a context manager:
-
-    with Server("/path/model", ["--attention-backend", "triton"]) as server:
-        generate(server.base_url, ...)
-    """
-
-    model_path: str
-    args: Sequence[str] = ()
-    launcher: str = DEFAULT_LAUNCHER
-    host: str = "127.0.0.1"
-    port: int = 0  # 0: pick a free port
-    env: Optional[dict] = None  # extra environment on top of os.environ
-    python: str = sys.executable
-    ready_timeout: float = 600.0
-    poll_interval: float = 1.0
-    stop_grace: float = 15.0
-    log_path: Optional[str] = None  # default: a temporary file, removed by stop() (errors carry its tail)
-    process: Optional[subprocess.Popen] = field(default=None, init=False, repr=False)
-    _log_file: Any = field(default=None, init=False, repr=False)
-    _own_log: bool = field(default=False, init=False, repr=False)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def command(self) -> list[str]:
-        return [self.python, "-m", self.launcher, "--model-path", str(self.model_path),
-                "--host", self.host, "--port", str(self.port), *[str(a) for a in self.args]]
-
-    def start(self) -> "Server":
-        if self.process is not None:
-            raise ServerError("server already started")
-        if not self.port:
-            self.port = free_port()
-        if self.log_path is None:
-            fd, self.log_path = tempfile.mkstemp(prefix="sglang-server-", suffix=".log")
-            os.close(fd)
-            self._own_log = True
-        env = dict(os.environ)
-        env.update(self.env or {})
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        self._log_file = open(self.log_path, "ab")
-        self.process = subprocess.Popen(
-            self.command(), stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True,  # own process group: stop() kills the scheduler/detokenizer children too
-        )
-        return self
-
-    def wait_ready(self) -> "Server":
-        """Poll until the server answers `/get_model_info` and `/health_generate`; raise ServerError otherwise."""
-        deadline = time.monotonic() + self.ready_timeout
-        stages = ["/get_model_info", "/health_generate"]
-        while stages:
-            if self.process is None:
-                raise ServerError("server not started")
-            code = self.process.poll()
-            if code is not None:
-                raise ServerError(f"server exited with code {code} before it was ready\n{self.log_tail()}")
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ServerError(f"server not ready after {self.ready_timeout:.0f}s (waiting for {stages[0]})\n"
-                                  f"{self.log_tail()}")
-            # /health_generate runs one real generation: give it more time than a plain GET
-            per_try = min(remaining, 5.0 if stages[0] == "/get_model_info" else 60.0)
-            if http_ok(self.base_url + stages[0], timeout=per_try):
-                stages.pop(0)
-                continue
-            time.sleep(min(self.poll_interval, max(0.0, deadline - time.monotonic())))
-        return self
-
-    def stop(self) -> Optional[int]:
-        """SIGTERM the launcher, then (after at most `stop_grace` seconds) SIGKILL its whole process group; return the
-        launcher's exit code. Safe to call twice."""
-        process, self.process = self.process, None
-        code = None
-        if process is not None:
-            code = _kill_group(process, self.stop_grace)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-        if self._own_log and self.log_path and os.path.exists(self.log_path):
-            os.remove(self.log_path)
-            self.log_path, self._own_log = None, False
-        return code
-
-    def log_tail(self, max_chars: int = 6000) -> str:
-        if not self.log_path or not os.path.exists(self.log_path):
-            return "(no server log)"
-        if self._log_file is not None:
-            self._log_file.flush()
-        with open(self.log_path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - max_chars))
-            return f.read().decode(errors="replace")
-
-    def __enter__(self) -> "Server":
-        self.start()
-        try:
-            return self.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-
-def _kill_group(process: subprocess.Popen, grace: float) -> Optional[int]:
-    """Stop the server started with start_new_session=True: SIGTERM to the launcher (SGLang's launcher then stops
-    its scheduler and detokenizer itself), up to `grace` seconds for it to exit, then SIGKILL to the whole process
-    group, whatever is left of it."""
-    try:
-        process.terminate()
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)  # a session leader's pid is its process group id
-    except ProcessLookupError:
-        pass
-    try:
-        return process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        return None
-
-
-def group_alive(pgid: int) -> bool:
-    """True while any process of group `pgid` exists (used by tests of stop())."""
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 # ----------------------------------------------------------------------------------------------------- requests
@@ -247,17 +60,8 @@ def generate(base_url: str, prompt: str | Sequence[int], max_new_tokens: int, ti
              ignore_eos: bool = False) -> Generation:
     """Greedy generation through the native `/generate` (text prompt, or a list of input token ids).
     ignore_eos=True keeps going past end-of-sequence tokens, so every output has max_new_tokens tokens."""
-    sampling = {"temperature": 0.0, "max_new_tokens": int(max_new_tokens)}
-    if ignore_eos:
-        sampling["ignore_eos"] = True
-    payload: dict = {"sampling_params": sampling}
-    if isinstance(prompt, str):
-        payload["text"] = prompt
-    else:
-        payload["input_ids"] = [int(t) for t in prompt]
-    out = http_json(base_url + "/generate", payload, timeout=timeout)
-    if not isinstance(out, dict) or "output_ids" not in out:
-        raise HTTPRequestError(f"{base_url}/generate: no output_ids in answer: {str(out)[:500]}")
+    sampling = {"temperature": 0.0, "ignore_eos": True} if ignore_eos else {"temperature": 0.0}
+    out = _generate(base_url, prompt, max_new_tokens, timeout, sampling=sampling)
     return Generation(prompt=prompt, output_ids=[int(t) for t in out["output_ids"]], text=out.get("text") or "",
                       meta_info=out.get("meta_info") or {})
 
@@ -331,77 +135,6 @@ def image_message(text: str, png: bytes) -> dict:
     url = "data:image/png;base64," + base64.b64encode(png).decode()
     return {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
                                         {"type": "text", "text": text}]}
-
-
-# --------------------------------------------------------------------------------------------------- server info
-
-
-def server_info(base_url: str, timeout: float = 30.0) -> dict:
-    """The server's `/server_info`; falls back to `/get_server_info` (the older spelling) on a 404."""
-    try:
-        return http_json(base_url + "/server_info", timeout=timeout)
-    except HTTPRequestError as first:
-        try:
-            return http_json(base_url + "/get_server_info", timeout=timeout)
-        except HTTPRequestError as second:
-            raise HTTPRequestError(f"neither /server_info nor /get_server_info answered: {first}; {second}") \
-                from None
-
-
-@dataclass
-class SpecSummary:
-    speculative_algorithm: Optional[str]
-    speculative_num_draft_tokens: Optional[int]
-    speculative_draft_attention_backend: Optional[str]
-    attention_backend: Optional[str]
-    disable_cuda_graph: Optional[bool]
-    disable_piecewise_cuda_graph: Optional[bool]
-    avg_spec_accept_length: Optional[float]
-    version: Optional[str]
-
-    @property
-    def cuda_graph_on(self) -> bool:
-        return self.disable_cuda_graph is False
-
-    def as_dict(self) -> dict:
-        d = dict(self.__dict__)
-        d["cuda_graph_on"] = self.cuda_graph_on
-        return d
-
-
-_SPEC_KEYS = ("speculative_algorithm", "speculative_num_draft_tokens", "speculative_draft_attention_backend",
-              "attention_backend", "disable_cuda_graph", "disable_piecewise_cuda_graph", "version")
-
-
-def _lookup(info: dict, key: str) -> Any:
-    """`info[key]`, or the value under `key` in a nested dict one level down (server_info layouts differ
-    between SGLang lines: flat server args in 0.5.13, resolved groups in later lines)."""
-    if key in info:
-        return info[key]
-    for value in info.values():
-        if isinstance(value, dict) and key in value:
-            return value[key]
-    return None
-
-
-def spec_summary(info: dict) -> SpecSummary:
-    """The speculative-decoding fields of a server_info answer. avg_spec_accept_length comes from
-    `internal_states[0]` and is None until the server has run at least one speculative step."""
-    values = {k: _lookup(info, k) for k in _SPEC_KEYS}
-    states = info.get("internal_states") or [{}]
-    accept = states[0].get("avg_spec_accept_length") if isinstance(states[0], dict) else None
-    num = values["speculative_num_draft_tokens"]
-    return SpecSummary(
-        speculative_algorithm=values["speculative_algorithm"],
-        speculative_num_draft_tokens=None if num is None else int(num),
-        speculative_draft_attention_backend=values["speculative_draft_attention_backend"],
-        attention_backend=values["attention_backend"],
-        disable_cuda_graph=None if values["disable_cuda_graph"] is None else bool(values["disable_cuda_graph"]),
-        disable_piecewise_cuda_graph=(None if values["disable_piecewise_cuda_graph"] is None
-                                      else bool(values["disable_piecewise_cuda_graph"])),
-        avg_spec_accept_length=None if accept is None else float(accept),
-        version=values["version"],
-    )
 
 
 # ------------------------------------------------------------------------------------- can this machine run it?
@@ -498,9 +231,7 @@ def compare_outputs(plain: Sequence, spec: Sequence) -> list[Verdict]:
     verdicts = []
     for i, (p, s) in enumerate(zip(plain, spec)):
         a, b = _ids(p), _ids(s)
-        mismatch = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), None)
-        if mismatch is None and len(a) != len(b):
-            mismatch = min(len(a), len(b))
+        mismatch = first_difference(a, b)
         verdicts.append(Verdict(i, mismatch is None, mismatch, len(a), len(b)))
     return verdicts
 
