@@ -24,9 +24,13 @@ VARIANTS = (None, "capture_shift", "wrong_ids")
 
 
 @pytest.fixture(scope="module")
-def predictions(sglang_tp1, tmp_path_factory):
-    paths = tiny.write_tiny_checkpoints(tmp_path_factory.mktemp("tiny"))
-    pair = tiny_accept.load_sglang_pair(paths)
+def tiny_paths(tmp_path_factory):
+    return tiny.write_tiny_checkpoints(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def predictions(sglang_tp1, tiny_paths):
+    pair = tiny_accept.load_sglang_pair(tiny_paths)
     prompts = tiny_accept.prompts()
     assert all(len(p) > TINY.sliding_window for p in prompts)
     assert {tiny.mode_of(p) for p in prompts} == {0, 1}
@@ -60,6 +64,14 @@ def test_wrong_head_ids_accept_about_one(predictions):
     assert predictions["wrong_ids"].mean_accept_length <= 1.25, predictions["wrong_ids"].as_dict()
 
 
+def test_a_bf16_draft_accepts_the_whole_block_too(sglang_tp1, tiny_paths):
+    """The GPU runs the draft in bf16: its q/k norms, RoPE, projections and MLP in bf16 (scores in float32)."""
+    pair = tiny_accept.load_sglang_pair(tiny_paths, draft_dtype="bfloat16")
+    prediction = tiny_accept.predict(pair, tiny_accept.prompts())
+    print(f"\n[tiny accept, CPU prediction, bf16 draft] {prediction.mean_accept_length:.2f}")
+    assert prediction.mean_accept_length >= 0.75 * TINY.block_size, prediction.as_dict()
+
+
 def test_breakage_patches_are_undone(sglang_tp1):
     from sglang_gemma4_dflash.dflash import worker_hooks
     from sglang_gemma4_dflash.gemma4 import capture
@@ -79,8 +91,9 @@ from sglang.srt.plugins import load_plugins
 load_plugins()
 from sglang_gemma4_dflash.dflash import worker_hooks
 from sglang_gemma4_dflash.gemma4 import capture
+from sglang_gemma4_dflash.head import greedy
 print("RESULT " + json.dumps({"shift": capture.validate_layer_ids([1, 5], 8),
-                               "head_wrapped": hasattr(worker_hooks.greedy_token_ids, "__wrapped__")}))
+                               "head_patched": worker_hooks.greedy_token_ids is not greedy.greedy_token_ids}))
 """
 
 
@@ -104,5 +117,5 @@ def test_break_plugin_loads_through_sglang_entry_points(tmp_path, kind):
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     result = json.loads(lines[-1][len("RESULT ") :])
     assert result["shift"] == ([2, 6] if kind == "capture_shift" else [1, 5])
-    assert result["head_wrapped"] == (kind == "wrong_ids")
+    assert result["head_patched"] == (kind == "wrong_ids")
     assert "BROKEN on purpose" in proc.stderr

@@ -471,7 +471,7 @@ print("RESULT " + json.dumps(out))
 
 def test_checkpoints_load_in_sglang_0_5_13(tiny_dir, sglang_0513):
     python, extra = sglang_0513
-    pythonpath = os.pathsep.join([p for p in (extra.get("PYTHONPATH"), str(REPO / "python")) if p])
+    pythonpath = os.pathsep.join([p for p in (extra.get("PYTHONPATH"), str(REPO / "python"), str(REPO / "testkit")) if p])
     env = dict(os.environ, PYTHONPATH=pythonpath)
     proc = subprocess.run(
         [python, "-c", _LINE_CHECK, str(tiny_dir["target"].parent)], env=env, capture_output=True, text=True, timeout=600
@@ -491,7 +491,7 @@ def test_checkpoints_load_in_sglang_0_5_13(tiny_dir, sglang_0513):
 def test_script_writes_the_same_checkpoints(tmp_path, tiny_dir):
     proc = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "make_tiny_checkpoints.py"), str(tmp_path / "cli")],
-        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO / "python")),
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "python"), str(REPO / "testkit")])),
     )
     assert proc.returncode == 0, proc.stderr
     assert tiny._digest_tree(tmp_path / "cli") == tiny._digest_tree(tiny_dir["target"].parent)

@@ -47,18 +47,19 @@ class Prediction:
         }
 
 
-def load_sglang_pair(paths, dtype: str = "float32") -> SGLangPair:
-    """The tiny target and draft through SGLang's config parser and model loader, on CPU (``init_tp1`` first)."""
+def load_sglang_pair(paths, draft_dtype: str = "float32") -> SGLangPair:
+    """The tiny target (float32) and draft through SGLang's config parser and model loader, on CPU (``init_tp1``
+    first)."""
     from sglang.srt.configs.device_config import DeviceConfig
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_loader import get_model
 
-    def load(key):
+    def load(key, dtype="float32"):
         config = ModelConfig(str(paths[key]), dtype=dtype, is_draft_model=key == "draft")
         return get_model(model_config=config, load_config=LoadConfig(), device_config=DeviceConfig("cpu"))
 
-    return SGLangPair(target=load("target"), draft=load("draft"))
+    return SGLangPair(target=load("target"), draft=load("draft", draft_dtype))
 
 
 def capture(target, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,14 +76,16 @@ def capture(target, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def draft_hidden(draft, embed, features: torch.Tensor, anchor: int) -> torch.Tensor:
-    """Final draft hidden states [block, hidden] of one block through SGLang's DFlashDraftModel modules."""
+    """Final draft hidden states [block, hidden] of one block through SGLang's DFlashDraftModel modules, in the
+    draft's dtype (attention scores and softmax in float32, as the GPU kernels do)."""
+    dtype = draft.fc.weight.dtype
     block = TINY.block_size
     ids = torch.full((block,), TINY.mask_token_id)
     ids[0] = anchor
-    x = embed(ids).float()  # the target's scaled embedding, as the worker embeds the block
+    x = embed(ids).to(dtype)  # the target's scaled embedding, as the worker embeds the block
     n = features.shape[0]
     pos_ctx, pos_blk = torch.arange(n), torch.arange(n, n + block)
-    ctx = draft.project_target_hidden(features)
+    ctx = draft.project_target_hidden(features.to(dtype))
     residual = None
     for layer in draft.layers:
         if residual is None:
@@ -99,8 +102,8 @@ def draft_hidden(draft, embed, features: torch.Tensor, anchor: int) -> torch.Ten
         group = a.num_heads // a.num_kv_heads
         keys = torch.cat([k_ctx, k]).view(-1, a.num_kv_heads, a.head_dim).repeat_interleave(group, 1)
         values = torch.cat([v_ctx, v]).view(-1, a.num_kv_heads, a.head_dim).repeat_interleave(group, 1)
-        scores = torch.einsum("qhd,khd->hqk", q.view(-1, a.num_heads, a.head_dim), keys) * a.scaling
-        attn = torch.einsum("hqk,khd->qhd", scores.softmax(-1), values).reshape(block, -1)
+        scores = torch.einsum("qhd,khd->hqk", q.view(-1, a.num_heads, a.head_dim).float(), keys.float()) * a.scaling
+        attn = torch.einsum("hqk,khd->qhd", scores.softmax(-1), values.float()).reshape(block, -1).to(dtype)
         h, residual = layer.post_attention_layernorm(a.o_proj(attn)[0], residual)
         x = layer.mlp(h)
     out, _ = draft.norm(x, residual)
@@ -112,7 +115,7 @@ def draft_tokens(pair: SGLangPair, features: torch.Tensor, anchor: int) -> list[
     from sglang_gemma4_dflash.dflash import worker_hooks
 
     hidden = draft_hidden(pair.draft, pair.target.get_input_embeddings(), features, anchor)
-    return worker_hooks.greedy_token_ids(hidden[1:], pair.target.lm_head, None).tolist()
+    return worker_hooks.greedy_token_ids(hidden[1:].float(), pair.target.lm_head, None).tolist()
 
 
 def accept_steps(pair: SGLangPair, prompt: list[int], continuation: list[int]) -> tuple[list[int], int]:
