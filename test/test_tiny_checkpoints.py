@@ -69,7 +69,7 @@ def test_other_seed_other_weights(tmp_path, tiny_dir):
 def test_checkpoints_are_small(tiny_dir):
     total = sum(p.stat().st_size for p in tiny_dir["target"].parent.rglob("*") if p.is_file())
     print(f"tiny checkpoints: {total / 2**20:.1f} MiB")
-    assert total < 24 * 2**20
+    assert total < 40 * 2**20  # measured 31.6 MiB (seed 0): two 11 MiB targets, an 8 MiB draft
 
 
 def test_spec_matches_written_configs(tiny_dir):
@@ -132,6 +132,20 @@ def test_context_moves_the_logits_not_the_argmax(tiny_dir):
         la, lb = model(input_ids=a).logits[0, -1], model(input_ids=b).logits[0, -1]
     assert int(la.argmax()) == int(lb.argmax()) == tiny.successor_map()[last]
     assert (la - lb).abs().max().item() > 0.2  # measured 0.83 (seed 0)
+
+
+def test_a_key_far_back_switches_the_successor_map(tiny_dir):
+    """The key token, further back than the sliding window, selects the second map: only the full-attention
+    layers can carry it to the last position."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir["target"], dtype=torch.float32).eval()
+    body = list(range(20, 20 + 2 * TINY.sliding_window))
+    plain, keyed = [TINY.bos_token_id] + body, [TINY.bos_token_id, TINY.key_token_id] + body
+    with torch.no_grad():
+        a, b = (int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()) for ids in (plain, keyed))
+    assert (tiny.mode_of(plain), tiny.mode_of(keyed)) == (0, 1)
+    assert a == tiny.successor_map(mode=0)[body[-1]] != b == tiny.successor_map(mode=1)[body[-1]]
 
 
 def test_multimodal_target_is_the_text_target(tiny_dir):
@@ -219,26 +233,35 @@ def draft_block_reference(draft_dir, embed, target_features, anchor):
     return (out[1:] @ embed.T).argmax(-1).tolist()
 
 
-def test_draft_drafts_the_planted_successor_first(tiny_dir):
-    """Target prefill gives the context features and the bonus token; the draft's first drafted
-    token is the target's next greedy token, so DFLASH accepts at least one draft token per step."""
+def _transformers_features(model, ids):
+    """Draft layer id L is transformers' hidden_states[L + 1] (the output of decoder layer L)."""
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+    return torch.cat([out.hidden_states[i + 1][0] for i in TINY.target_layer_ids], dim=-1), out.logits[0, -1]
+
+
+@pytest.mark.parametrize("key", [False, True])
+def test_draft_drafts_the_whole_block_from_the_captured_features(tiny_dir, key):
+    """Target prefill gives the context features and the bonus token; the draft's block is the target's next
+    block_size - 1 greedy tokens. The same draft fed the features of the neighbouring layers drafts the anchor
+    again (no lookup fires without the mode), so every drafted token is rejected."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_dir["target"], dtype=torch.float32).eval()
     embed = model.get_input_embeddings().weight.detach().float()
-    successor = tiny.successor_map()
-    for prompt in ([TINY.bos_token_id, 30, 31, 32, 33, 34], [TINY.bos_token_id] + list(range(100, 140))):
-        with torch.no_grad():
-            out = model(input_ids=torch.tensor([prompt]), output_hidden_states=True)
-        # Draft layer id L is transformers' hidden_states[L + 1] (the output of decoder layer L).
-        features = torch.cat([out.hidden_states[i + 1][0] for i in TINY.target_layer_ids], dim=-1)
-        bonus = int(out.logits[0, -1].argmax())
-        assert bonus == successor[prompt[-1]]
-        drafted = draft_block_reference(tiny_dir["draft"], embed, features, bonus)
-        assert len(drafted) == TINY.block_size - 1
-        assert drafted[0] == successor[bonus]
-        # Every position drafts that same token: the second one is rejected (accept length 2).
-        assert drafted[1] != successor[successor[bonus]]
+    prompt = [TINY.bos_token_id] + list(range(100, 140))
+    if key:
+        prompt[3] = TINY.key_token_id
+    features, logits = _transformers_features(model, prompt)
+    want = tiny.planted_continuation(prompt, TINY.block_size)
+    bonus = int(logits.argmax())
+    assert bonus == want[0]
+    assert draft_block_reference(tiny_dir["draft"], embed, features, bonus) == want[1:]
+    with torch.no_grad():
+        hidden = model(input_ids=torch.tensor([prompt]), output_hidden_states=True).hidden_states
+    for shift in (-1, 1):
+        off = torch.cat([hidden[i + 1 + shift][0] for i in TINY.target_layer_ids], dim=-1)
+        assert draft_block_reference(tiny_dir["draft"], embed, off, bonus) == [bonus] * (TINY.block_size - 1)
 
 
 # --------------------------------------------------------------------------- SGLang (this environment's line)
@@ -323,54 +346,22 @@ def test_sglang_draft_holds_the_checkpoint_weights(sglang_models, tiny_dir):
     assert not any("embed" in name or "lm_head" in name for name in params)
 
 
-def _sglang_draft_block(model, embed, features, anchor):
-    """One draft block through SGLang's own DFlashDraftModel modules (fc/hidden_norm projection,
-    fused-residual norms, QKV, q/k norms, RoPE, the worker's context K/V path, MLP, final norm),
-    with RadixAttention replaced by a plain softmax over context + block."""
-    ids = torch.full((TINY.block_size,), TINY.mask_token_id)
-    ids[0] = anchor
-    x = embed[ids] * embed.shape[1] ** 0.5
-    n = features.shape[0]
-    pos_ctx, pos_blk = torch.arange(n), torch.arange(n, n + TINY.block_size)
-    ctx = model.project_target_hidden(features)
-    residual = None
-    for layer in model.layers:
-        if residual is None:
-            residual, h = x, layer.input_layernorm(x)
-        else:
-            h, residual = layer.input_layernorm(x, residual)
-        a = layer.self_attn
-        q, k, v = a.qkv_proj(h)[0].split([a.q_size, a.kv_size, a.kv_size], dim=-1)
-        q = a.q_norm(q.reshape(-1, a.head_dim)).view_as(q)
-        k = a.k_norm(k.reshape(-1, a.head_dim)).view_as(k)
-        q, k = a.rotary_emb(pos_blk, q, k)
-        k_ctx, v_ctx = a.kv_proj_only(ctx)
-        k_ctx = a.apply_k_rope(pos_ctx, a.apply_k_norm(k_ctx))
-        group = a.num_heads // a.num_kv_heads
-        keys = torch.cat([k_ctx, k]).view(-1, a.num_kv_heads, a.head_dim).repeat_interleave(group, 1)
-        values = torch.cat([v_ctx, v]).view(-1, a.num_kv_heads, a.head_dim).repeat_interleave(group, 1)
-        scores = torch.einsum("qhd,khd->hqk", q.view(-1, a.num_heads, a.head_dim), keys) * a.scaling
-        attn = torch.einsum("hqk,khd->qhd", scores.softmax(-1), values).reshape(TINY.block_size, -1)
-        h, residual = layer.post_attention_layernorm(a.o_proj(attn)[0], residual)
-        x = layer.mlp(h)
-    out, _ = model.norm(x, residual)
-    return (out[1:] @ embed.T).argmax(-1).tolist()
-
-
-def test_sglang_draft_modules_draft_the_planted_successor(sglang_models, tiny_dir):
+def test_sglang_draft_modules_draft_the_whole_block(sglang_models, tiny_dir):
     from transformers import AutoModelForCausalLM
+
+    from sglang_gemma4_dflash_testkit import tiny_accept
 
     _, draft = sglang_models["draft"]
     target = AutoModelForCausalLM.from_pretrained(tiny_dir["target"], dtype=torch.float32).eval()
-    embed = target.get_input_embeddings().weight.detach().float()
-    prompt = [TINY.bos_token_id] + list(range(60, 90))
+    embed = target.get_input_embeddings()
+    prompt = [TINY.bos_token_id, TINY.key_token_id] + list(range(60, 90))
+    features, logits = _transformers_features(target, prompt)
+    bonus = int(logits.argmax())
     with torch.no_grad():
-        out = target(input_ids=torch.tensor([prompt]), output_hidden_states=True)
-        features = torch.cat([out.hidden_states[i + 1][0] for i in TINY.target_layer_ids], dim=-1)
-        bonus = int(out.logits[0, -1].argmax())
-        drafted = _sglang_draft_block(draft, embed, features, bonus)
-    assert drafted[0] == tiny.successor_map()[bonus]
-    assert drafted == draft_block_reference(tiny_dir["draft"], embed, features, bonus)
+        hidden = tiny_accept.draft_hidden(draft, embed, features, bonus)
+    drafted = (hidden[1:] @ embed.weight.float().T).argmax(-1).tolist()
+    assert drafted == tiny.planted_continuation(prompt, TINY.block_size)[1:]
+    assert drafted == draft_block_reference(tiny_dir["draft"], embed.weight.detach().float(), features, bonus)
 
 
 def test_sglang_gemma4_processor_serves_text_prompts(sglang_tp1, tiny_dir):
@@ -480,7 +471,7 @@ print("RESULT " + json.dumps(out))
 
 def test_checkpoints_load_in_sglang_0_5_13(tiny_dir, sglang_0513):
     python, extra = sglang_0513
-    pythonpath = os.pathsep.join([p for p in (extra.get("PYTHONPATH"), str(REPO / "python")) if p])
+    pythonpath = os.pathsep.join([p for p in (extra.get("PYTHONPATH"), str(REPO / "python"), str(REPO / "testkit")) if p])
     env = dict(os.environ, PYTHONPATH=pythonpath)
     proc = subprocess.run(
         [python, "-c", _LINE_CHECK, str(tiny_dir["target"].parent)], env=env, capture_output=True, text=True, timeout=600
@@ -500,7 +491,7 @@ def test_checkpoints_load_in_sglang_0_5_13(tiny_dir, sglang_0513):
 def test_script_writes_the_same_checkpoints(tmp_path, tiny_dir):
     proc = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "make_tiny_checkpoints.py"), str(tmp_path / "cli")],
-        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO / "python")),
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "python"), str(REPO / "testkit")])),
     )
     assert proc.returncode == 0, proc.stderr
     assert tiny._digest_tree(tmp_path / "cli") == tiny._digest_tree(tiny_dir["target"].parent)

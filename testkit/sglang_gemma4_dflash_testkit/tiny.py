@@ -4,58 +4,39 @@ model, and a DFlash draft for it.
     from sglang_gemma4_dflash_testkit.tiny import write_tiny_checkpoints, TINY
     paths = write_tiny_checkpoints("/tmp/tiny")   # {"target": ..., "target_mm": ..., "draft": ...}
 
-Why the weights are not simply random: a random tiny Gemma 4 either repeats one token or flips its
-greedy choice under bf16 noise within a few tokens, so "DFLASH output == plain output" on it proves
-little. The target therefore has a *planted successor map*: layer 0's MLP is a lookup table that
-turns the last token ``t`` into ``SUCCESSOR[t]``, a single long cycle over the ordinary tokens, so
-greedy decoding walks that cycle from the prompt's last token with a wide top-1 margin. Every other
-weight is random, scaled so that attention, the per-layer inputs and the other MLPs move the logits
-(they depend on the whole context) without changing the argmax. `margin_report` measures the margin.
+Why the weights are not simply random: a random tiny Gemma 4 repeats one token or flips its greedy
+choice under bf16 noise within a few tokens, and a random draft is never accepted. The pair is
+planted instead (``tiny_plant``; docs/tiny_checkpoints.md explains every part):
 
-How the plant works (hidden size d, all token codes unit vectors):
-  * ``embed[t] = KAPPA * e0 + code[t]``: dim 0 is a constant "bias" lane, dim 1 flags the mask
-    token, dims 2.. hold a random code per token (the mask token's code is e1).
-  * layer 0 MLP row ``t``: ``gate = BETA * (code[t] - THETA * e0 / KAPPA)`` fires only for the
-    token whose code matches (gelu cuts the rest), ``up = e0`` supplies a constant, and
-    ``down = code[SUCCESSOR[t]] - code[t]`` swaps the token's code for its successor's. The post-FFN
-    norm scales that swap to cancel the embedding's own code exactly.
-  * the final norm zeroes dims 0 and 1, so the LM head (tied to the embedding) scores
-    ``code[SUCCESSOR[t]]`` against every code: ~1 for the successor, |cos| <= ~0.3 for the rest.
-
-The draft predicts the same map for the first drafted token: its layer 0 attention lets every mask
-position attend to the block's first token (the verified "anchor") through one low-frequency RoPE
-lane, copies its embedding, and its MLP applies the same lookup. Every drafted position predicts
-``SUCCESSOR[anchor]``, so position 1 is right and 2..block_size-1 are wrong: accept length 2 per
-step (one accepted draft token plus the target's bonus token), which exercises both accepting and
-rejecting. The draft does not use the context features (its anchor lookup reads the block only), so
-acceptance on the tiny setup says nothing about the captured target hidden states: those are
-checked against transformers by the capture tests.
+  * target: greedy decoding walks one of two successor cycles, ``SUCCESSORS[m][last]``, where
+    ``m = 1`` iff the key token (``TINY.key_token_id``) occurs anywhere earlier. A full-attention
+    layer (``tiny_plant.MODE_LAYER``) finds the key and writes the mode into two lanes, its MLP
+    does the keyed lookup, and the next layer's MLP erases the mode lanes again. Every other
+    weight is random, scaled so that it moves the logits without changing the argmax.
+  * draft: one layer that predicts ``SUCCESSORS[m]^k[anchor]`` at block offset ``k``: attention
+    copies the anchor, builds a one-hot offset from RoPE, and reads ``m`` from the captured
+    features of ``MODE_LAYER`` (the only layer whose output carries it); an MLP lookup per
+    (token, offset, mode) writes the answer. Right capture: the whole block is accepted. Capture
+    one layer off: no mode, no lookup fires, accept length 1.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sglang_gemma4_dflash_testkit import tiny_tokenizer
+from sglang_gemma4_dflash_testkit import tiny_plant, tiny_tokenizer
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 STAMP_FILE = "tiny_stamp.json"
 CHECKPOINTS = ("target", "target_mm", "draft")
 
-# Plant constants (see the module docstring).
-KAPPA = 0.5  # constant lane of every embedding
-THETA = 0.6  # a code must match with cosine > THETA to fire its MLP row
-BETA = 2.0  # gate sharpness
-NOISE_NORM_WEIGHT = 0.12  # weight of the post-norms whose outputs are random "context noise"
-DRAFT_QK_WEIGHT = 3.0  # q_norm / k_norm weight of the draft's anchor lane: logit 8 * 3 * 3 = 72
-INIT_STD = 0.02
+INIT_STD = tiny_plant.INIT_STD
 
 
 @dataclass(frozen=True)
@@ -64,7 +45,7 @@ class TinySpec:
 
     vocab_size: int = 320
     hidden_size: int = 256
-    intermediate_size: int = 320
+    intermediate_size: int = 640  # the keyed lookup: one MLP row per (token, mode)
     num_hidden_layers: int = 8
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
@@ -83,9 +64,11 @@ class TinySpec:
     mask_token_id: int = tiny_tokenizer.TOKEN_ID["<mask>"]
     mask_token: str = "<mask>"
     num_special_tokens: int = len(tiny_tokenizer.SPECIAL_TOKENS)
+    # The key token: its presence anywhere in the context switches the target to its second successor map.
+    key_token_id: int = 319
     # The draft.
-    draft_num_layers: int = 2
-    draft_num_attention_heads: int = 4
+    draft_num_layers: int = 1
+    draft_num_attention_heads: int = 12  # 4 copy heads, one per block offset 1..7, one mode head
     draft_head_dim: int = 64
     block_size: int = 8
     # What SGLang's build_target_layer_ids(8, 2) picks too.
@@ -112,64 +95,26 @@ TINY = TinySpec()
 # --------------------------------------------------------------------------- the planted map
 
 
-def successor_map(seed: int = 0, spec: TinySpec = TINY) -> list[int]:
-    """``SUCCESSOR[t]`` for every token id: one cycle through all ordinary tokens (ids >= the
-    special tokens); special tokens map into the cycle. Greedy decoding of the tiny target follows it."""
-    import torch
+def successor_map(seed: int = 0, spec: TinySpec = TINY, mode: int = 0) -> list[int]:
+    """``SUCCESSORS[mode][t]`` for every token id: one cycle through the ordinary tokens except the key;
+    special tokens and the key lead into it. Mode 1 applies once the key token is in the context."""
+    return list(tiny_plant.successor_maps(seed, spec)[mode])
 
-    gen = torch.Generator().manual_seed(1000 + seed)
-    ordinary = list(range(spec.num_special_tokens, spec.vocab_size))
-    order = [ordinary[i] for i in torch.randperm(len(ordinary), generator=gen).tolist()]
-    successor = [0] * spec.vocab_size
-    for i, token in enumerate(order):
-        successor[token] = order[(i + 1) % len(order)]
-    for special in range(spec.num_special_tokens):
-        successor[special] = order[(7 * special) % len(order)]
-    return successor
+
+def mode_of(ids, spec: TinySpec = TINY) -> int:
+    """1 if the key token occurs in ``ids``, else 0: the successor map the target follows after them."""
+    return tiny_plant.mode_of(ids, spec)
 
 
 def planted_continuation(prompt_ids, num_tokens: int, seed: int = 0, spec: TinySpec = TINY) -> list[int]:
     """The tokens greedy decoding of the tiny target produces after ``prompt_ids``."""
-    successor = successor_map(seed, spec)
-    out, token = [], int(list(prompt_ids)[-1])
+    prompt_ids = [int(t) for t in prompt_ids]
+    successor = successor_map(seed, spec, mode_of(prompt_ids, spec))
+    out, token = [], prompt_ids[-1]
     for _ in range(num_tokens):
         token = successor[token]
         out.append(token)
     return out
-
-
-def _token_codes(seed: int, spec: TinySpec):
-    """[vocab, hidden] unit codes: dims 2.. random per token; the mask token's code is e1; dim 0 unused."""
-    import torch
-
-    gen = torch.Generator().manual_seed(2000 + seed)
-    codes = torch.zeros(spec.vocab_size, spec.hidden_size)
-    codes[:, 2:] = torch.randn(spec.vocab_size, spec.hidden_size - 2, generator=gen)
-    codes[spec.mask_token_id] = 0.0
-    codes = codes / codes.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    codes[spec.mask_token_id, 1] = 1.0
-    return codes
-
-
-def _lookup_mlp(codes, successor, *, threshold_lane: float, up_lane: float, skip=()):
-    """gate/up/down weights of a one-row-per-token lookup MLP (see the module docstring).
-
-    ``threshold_lane`` is the gate weight on the constant lane e0 (``-BETA * THETA * scale``) and
-    ``up_lane`` the up weight on it, both in the normalized input's units. Rows in ``skip`` never fire.
-    """
-    import torch
-
-    vocab, hidden = codes.shape
-    gate = BETA * codes.clone()
-    gate[:, 0] = threshold_lane
-    up = torch.zeros(vocab, hidden)
-    up[:, 0] = up_lane
-    down = (codes[torch.tensor(successor)] - codes).T.contiguous()  # [hidden, vocab]
-    for row in skip:
-        gate[row] = 0.0
-        gate[row, 0] = -abs(threshold_lane)
-        down[:, row] = 0.0
-    return gate, up, down
 
 
 # --------------------------------------------------------------------------- configs
@@ -336,7 +281,7 @@ def draft_config(spec: TinySpec = TINY) -> dict:
         "architectures": ["DFlashDraftModel"],
         "model_type": "qwen3",
         "hidden_size": spec.hidden_size,
-        "intermediate_size": spec.vocab_size,
+        "intermediate_size": tiny_plant.draft_intermediate_size(spec),
         "num_hidden_layers": spec.draft_num_layers,
         "num_attention_heads": spec.draft_num_attention_heads,
         "num_key_value_heads": spec.draft_num_attention_heads,
@@ -417,43 +362,8 @@ def _text_shapes(spec: TinySpec) -> dict:
 
 def text_weights(seed: int = 0, spec: TinySpec = TINY) -> dict:
     """float32 state dict of the text target (HF names, tied head not stored)."""
-    import torch
-
-    if spec.intermediate_size < spec.vocab_size:
-        raise ValueError("the planted lookup needs intermediate_size >= vocab_size")
     w = _random_like(_text_shapes(spec), seed)
-    codes = _token_codes(seed, spec)
-    successor = successor_map(seed, spec)
-    hidden = spec.hidden_size
-
-    embed = codes.clone()
-    embed[:, 0] = KAPPA
-    w["model.embed_tokens.weight"] = embed
-
-    # Every post-norm writes rms-NOISE_NORM_WEIGHT random context-dependent noise ...
-    for n in range(spec.num_hidden_layers):
-        p = f"model.layers.{n}."
-        for norm in ("post_attention_layernorm", "post_feedforward_layernorm", "post_per_layer_input_norm"):
-            w[p + norm + ".weight"] = torch.full((hidden,), NOISE_NORM_WEIGHT)
-
-    # ... except layer 0's MLP, the lookup. Its input is normalized to rms 1, i.e. the embedding
-    # scaled by sqrt(hidden) / sqrt(1 + KAPPA^2): the constant lane reads KAPPA times that.
-    scale = math.sqrt(hidden) / math.sqrt(1.0 + KAPPA**2)
-    gate, up, down = _lookup_mlp(
-        codes, successor, threshold_lane=-BETA * THETA / KAPPA, up_lane=1.0 / (KAPPA * scale)
-    )
-    inter = spec.intermediate_size
-    w["model.layers.0.mlp.gate_proj.weight"] = torch.zeros(inter, hidden).index_copy_(0, torch.arange(spec.vocab_size), gate)
-    w["model.layers.0.mlp.up_proj.weight"] = torch.zeros(inter, hidden).index_copy_(0, torch.arange(spec.vocab_size), up)
-    w["model.layers.0.mlp.down_proj.weight"] = torch.zeros(hidden, inter).index_copy_(1, torch.arange(spec.vocab_size), down)
-    # down = code[next] - code[t] has norm sqrt(2); the post-FFN norm rescales it to norm
-    # sqrt(hidden) * weight, which must equal sqrt(hidden) * sqrt(2) for the swap to cancel code[t]
-    # of the embedding (itself scaled by sqrt(hidden)).
-    w["model.layers.0.post_feedforward_layernorm.weight"] = torch.full((hidden,), math.sqrt(2.0))
-
-    final_norm = torch.ones(hidden)
-    final_norm[:2] = 0.0
-    w["model.norm.weight"] = final_norm
+    tiny_plant.plant_target(w, seed, spec)
     return w
 
 
@@ -489,91 +399,9 @@ def mm_weights(seed: int = 0, spec: TinySpec = TINY) -> dict:
     return weights
 
 
-def _draft_shapes(spec: TinySpec) -> dict:
-    h, i = spec.hidden_size, spec.vocab_size
-    q = spec.draft_num_attention_heads * spec.draft_head_dim
-    shapes = {
-        "fc.weight": (h, len(spec.target_layer_ids) * h),
-        "hidden_norm.weight": (h,),
-        "norm.weight": (h,),
-    }
-    for n in range(spec.draft_num_layers):
-        p = f"layers.{n}."
-        shapes.update({
-            p + "self_attn.q_proj.weight": (q, h),
-            p + "self_attn.k_proj.weight": (q, h),
-            p + "self_attn.v_proj.weight": (q, h),
-            p + "self_attn.o_proj.weight": (h, q),
-            p + "self_attn.q_norm.weight": (spec.draft_head_dim,),
-            p + "self_attn.k_norm.weight": (spec.draft_head_dim,),
-            p + "mlp.gate_proj.weight": (i, h),
-            p + "mlp.up_proj.weight": (i, h),
-            p + "mlp.down_proj.weight": (h, i),
-            p + "input_layernorm.weight": (h,),
-            p + "post_attention_layernorm.weight": (h,),
-        })  # fmt: skip
-    return shapes
-
-
 def draft_weights(seed: int = 0, spec: TinySpec = TINY) -> dict:
     """float32 state dict of the DFlash draft (names as SGLang's DFlashDraftModel loads them)."""
-    import torch
-
-    w = _random_like(_draft_shapes(spec), 4000 + seed)
-    codes = _token_codes(seed, spec)
-    successor = successor_map(seed, spec)
-    hidden, heads, hd = spec.hidden_size, spec.draft_num_attention_heads, spec.draft_head_dim
-    if heads * hd != hidden:
-        raise ValueError("the draft's anchor copy needs num_heads * head_dim == hidden_size")
-    lane = hd // 2 - 1  # lowest-frequency RoPE pair (neox halves): ~1e-6 rad per position at theta 1e6
-    scale = math.sqrt(hidden) / math.sqrt(1.0 + KAPPA**2)  # |normalized input lane| per unit of embedding
-
-    # Context features never steer the anchor lookup: their dims 0 and 1 are zeroed.
-    hidden_norm = torch.ones(hidden)
-    hidden_norm[:2] = 0.0
-    w["hidden_norm.weight"] = hidden_norm
-
-    # Layer 0 attention: mask positions (flag lane e1) query; the anchor (constant lane, no flag)
-    # answers with +, mask positions with -, context features (zeroed lanes) with 0.
-    p = "layers.0.self_attn."
-    q_proj, k_proj = torch.zeros(heads * hd, hidden), torch.zeros(heads * hd, hidden)
-    v_proj = torch.eye(heads * hd, hidden)  # each head carries a quarter of the input
-    for head in range(heads):
-        q_proj[head * hd + lane, 1] = 1.0
-        k_proj[head * hd + lane, 0] = 1.0
-        k_proj[head * hd + lane, 1] = -2.0 / KAPPA
-    w[p + "q_proj.weight"], w[p + "k_proj.weight"], w[p + "v_proj.weight"] = q_proj, k_proj, v_proj
-    qk_norm = torch.ones(hd)
-    qk_norm[lane] = DRAFT_QK_WEIGHT
-    w[p + "q_norm.weight"], w[p + "k_norm.weight"] = qk_norm, qk_norm.clone()
-    w[p + "o_proj.weight"] = torch.eye(hidden, heads * hd)
-
-    # At a mask position the residual is now sqrt(hidden) * (KAPPA e0 + e1) + anchor_normalized,
-    # i.e. lanes: e0 (sqrt(h) + scale) * KAPPA, e1 sqrt(h), code scale. Its MLP input is that, normalized.
-    root = math.sqrt(hidden)
-    residual = torch.zeros(hidden)
-    residual[0], residual[1], residual[2] = (root + scale) * KAPPA, root, scale
-    norm = residual.norm() / root  # rms
-    code_lane, const_lane = scale / norm, (root + scale) * KAPPA / norm
-    gate, up, down = _lookup_mlp(
-        codes,
-        successor,
-        threshold_lane=-BETA * THETA * code_lane / const_lane,
-        up_lane=1.0 / const_lane,
-        skip=(spec.mask_token_id,),
-    )
-    # SiLU, not GELU, here: silu(x) ~ x for the firing row, ~0 for the rest. Scale the swap so
-    # that it cancels the anchor's code (code_lane at the gate's BETA*(1-THETA) firing strength).
-    fire = BETA * code_lane * (1.0 - THETA)
-    silu = fire / (1.0 + math.exp(-fire))
-    swap = scale / silu
-    w["layers.0.mlp.gate_proj.weight"] = gate
-    w["layers.0.mlp.up_proj.weight"] = up
-    w["layers.0.mlp.down_proj.weight"] = down * swap * 2.0  # 2x: the successor's code dominates
-    final = torch.ones(hidden)
-    final[:2] = 0.0
-    w["norm.weight"] = final
-    return w
+    return tiny_plant.draft_weights(seed, spec)
 
 
 # --------------------------------------------------------------------------- writing
@@ -627,8 +455,7 @@ def _digest_tree(root: Path) -> dict:
 
 
 def _stamp_body(seed: int, files: dict) -> dict:
-    plant = {"KAPPA": KAPPA, "THETA": THETA, "BETA": BETA, "NOISE_NORM_WEIGHT": NOISE_NORM_WEIGHT,
-             "DRAFT_QK_WEIGHT": DRAFT_QK_WEIGHT, "INIT_STD": INIT_STD}  # fmt: skip
+    plant = {name: getattr(tiny_plant, name) for name in dir(tiny_plant) if name.isupper()}
     body = {"format_version": FORMAT_VERSION, "seed": seed, "spec": asdict(TINY), "plant": plant, "files": files}
     return json.loads(json.dumps(body))  # as read back from the stamp (tuples become lists)
 

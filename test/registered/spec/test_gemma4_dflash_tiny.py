@@ -5,7 +5,9 @@ temporary directory): a plain one and a DFLASH one with the tiny DFlash draft, t
 draft, `--sampling-backend pytorch`. 18 greedy prompts go to each, some longer than the target's sliding window,
 the last 8 in flight together. The plain outputs must follow the target's planted successor map (so the comparison
 is not two runs agreeing on noise); every DFLASH output must equal the plain one token for token; /server_info must
-show DFLASH with the configured block size and draft backend; the reported average accept length must exceed 1.
+show DFLASH with the configured block size and draft backend; the reported average accept length must reach
+0.75 x the block size (ACCEPT_FLOOR). The tiny draft predicts the whole block only from the right captured target
+features and the right head ids (docs/tiny_checkpoints.md), so the floor checks the plugin's capture and head too.
 
 With the plugin installed this runs on SGLang 0.5.11-0.5.13 (where upstream cannot serve Gemma 4 DFLASH) as well as
 on later lines. Skipped, with the reason, without a CUDA GPU.
@@ -29,6 +31,7 @@ from sglang_gemma4_dflash_testkit import e2e
 register_cuda_ci(est_time=300, stage="base-b", runner_config="1-gpu-small")
 
 NUM_PROMPTS = 18
+ACCEPT_FLOOR = 0.75  # x block size; the planted pair accepts the whole block (CPU prediction: test_tiny_accept.py)
 CONCURRENT = 8
 MAX_NEW_TOKENS = 40
 COMMON_ARGS = [
@@ -100,9 +103,8 @@ class TestGemma4DFlashTiny(unittest.TestCase):
         self.assertEqual(summary.speculative_num_draft_tokens, block)
         self.assertEqual(summary.speculative_draft_attention_backend, "triton")
         self.assertIsNotNone(summary.avg_spec_accept_length, "the server reported no accept length")
-        # every verify step commits at least one token; the tiny draft is built to get its first token accepted
-        # (about 2 per step), so more than 1 shows DFLASH drafts are being accepted, not only verified
-        self.assertGreater(summary.avg_spec_accept_length, 1.0)
+        # a capture one layer off or a head returning wrong ids accepts about 1 token per step
+        self.assertGreaterEqual(summary.avg_spec_accept_length, ACCEPT_FLOOR * block)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,220 @@
+"""Accept length of the tiny DFlash pair in real SGLang servers on one GPU: right pair, capture shifted by one layer,
+draft head returning wrong ids; every DFLASH output compared with the plain server's. One JSON.
+
+    source scripts/gpu/setup_site.sh          # SGLang site + plugin wheel on the path
+    python3 scripts/gpu/run_tiny_accept.py --out $OUT/tiny_accept.json [--variants plain,correct,capture_shift,wrong_ids]
+
+Servers: the tiny text target (sglang_gemma4_dflash_testkit.tiny), plain, and with DFLASH + the tiny draft. The
+broken variants run the same DFLASH server with SGLANG_GEMMA4_DFLASH_BREAK=<kind> and the test kit's break plugin
+(sglang_gemma4_dflash_testkit.breakage, a second SGLang general plugin) on PYTHONPATH: it patches the plugin's
+capture hook or its draft head in every SGLang process; the plugin's files are untouched. The server log is checked
+for the break plugin's warning, so a variant that did not take effect is visible in the JSON.
+
+Prompts: 16 greedy prompts by token ids, all longer than the sliding window, half carrying the key token (which
+switches the target's successor map; only the captured features tell the draft). The first 8 go one at a time
+(batch 1), the last 8 in flight together. Per request: SGLang's meta_info.spec_accept_length (completion tokens per
+verify step); per server: /get_server_info's avg_spec_accept_length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TESTKIT = os.path.join(ROOT, "testkit")
+sys.path.insert(0, TESTKIT)
+
+from sglang_gemma4_dflash_testkit import breakage, e2e
+from sglang_gemma4_dflash_testkit.tiny import TINY, mode_of, planted_continuation, write_tiny_checkpoints
+
+NUM_PROMPTS = 16
+CONCURRENT = 8
+MAX_NEW_TOKENS = 64
+VARIANTS = ("plain", "correct", "capture_shift", "wrong_ids")
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for name in ("torch", "triton", "sglang", "sglang-kernel", "transformers", "sglang-gemma4-dflash"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def gpus() -> list:
+    import subprocess
+
+    try:
+        return (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            .stdout.strip()
+            .splitlines()
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [f"nvidia-smi failed: {exc}"]
+
+
+def prompts() -> list[list[int]]:
+    """Past the sliding window; odd ones carry the key token at depth 1..8 (far outside the last window)."""
+    import random
+
+    rng = random.Random(17)
+    out = []
+    for i in range(NUM_PROMPTS):
+        n = 2 * TINY.sliding_window + 3 * i
+        ids = [rng.randrange(TINY.num_special_tokens, TINY.vocab_size) for _ in range(n)]
+        ids = [t for t in ids if t != TINY.key_token_id] or [TINY.num_special_tokens]
+        if i % 2:
+            ids[(i // 2) % 8] = TINY.key_token_id
+        out.append([TINY.bos_token_id] + ids)
+    return out
+
+
+def server_args(draft: str | None) -> list[str]:
+    args = [
+        "--attention-backend",
+        "triton",
+        "--sampling-backend",
+        "pytorch",
+        "--dtype",
+        "bfloat16",
+        "--mem-fraction-static",
+        "0.3",
+        "--max-running-requests",
+        str(CONCURRENT),
+        "--cuda-graph-max-bs",
+        str(CONCURRENT),
+        "--disable-piecewise-cuda-graph",
+    ]
+    if draft:
+        args += [
+            "--speculative-algorithm",
+            "DFLASH",
+            "--speculative-draft-model-path",
+            draft,
+            "--speculative-num-draft-tokens",
+            str(TINY.block_size),
+            "--speculative-draft-attention-backend",
+            "triton",
+        ]
+    return args
+
+
+def mean(xs):
+    xs = [x for x in xs if x is not None]
+    return round(sum(xs) / len(xs), 3) if xs else None
+
+
+def serve(target: str, draft: str | None, kind: str | None, break_dir: str, log_dir: str) -> dict:
+    env = None
+    if kind:
+        path = os.pathsep.join([break_dir, TESTKIT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+        env = {breakage.ENV: kind, "PYTHONPATH": path}
+    label = kind or ("dflash" if draft else "plain")
+    log_path = os.path.join(log_dir, f"{label}.log")
+    started = time.time()
+    with e2e.Server(target, server_args(draft), env=env, ready_timeout=420, log_path=log_path) as server:
+        ready_s = time.time() - started
+        log(f"{label}: ready in {ready_s:.0f}s")
+        outs = e2e.greedy_suite(server.base_url, prompts(), MAX_NEW_TOKENS, CONCURRENT, ignore_eos=True)
+        info = e2e.spec_summary(e2e.server_info(server.base_url)).as_dict()
+    per_request = [g.meta_info.get("spec_accept_length") for g in outs]
+    split = NUM_PROMPTS - CONCURRENT
+    with open(log_path, errors="replace") as f:
+        broken_lines = sum("BROKEN on purpose" in line for line in f)
+    log(f"{label}: done in {time.time() - started:.0f}s")
+    return {
+        "ready_s": round(ready_s, 1),
+        "outputs": [g.output_ids for g in outs],
+        "server_info": info,
+        "per_request_accept": per_request,
+        "accept_batch1": mean(per_request[:split]),
+        "accept_concurrent": mean(per_request[split:]),
+        "accept_key": mean([a for a, p in zip(per_request, prompts()) if mode_of(p)]),
+        "accept_no_key": mean([a for a, p in zip(per_request, prompts()) if not mode_of(p)]),
+        "break_plugin_log_lines": broken_lines,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--tiny-dir", default=os.path.join(tempfile.gettempdir(), "tiny-gemma4-dflash-accept"))
+    args = parser.parse_args()
+    variants = [v for v in args.variants.split(",") if v]
+    log_dir = os.path.join(os.path.dirname(os.path.abspath(args.out)), "server_logs_accept")
+    os.makedirs(log_dir, exist_ok=True)
+    break_dir = str(breakage.write_plugin_dist(tempfile.mkdtemp(prefix="gemma4-dflash-break-")))
+    paths = {k: str(v) for k, v in write_tiny_checkpoints(args.tiny_dir).items()}
+    expected = [planted_continuation(p, MAX_NEW_TOKENS) for p in prompts()]
+    report = {
+        "versions": versions(),
+        "gpus": gpus(),
+        "block_size": TINY.block_size,
+        "max_new_tokens": MAX_NEW_TOKENS,
+        "concurrent": CONCURRENT,
+        "prompt_lengths": [len(p) for p in prompts()],
+        "prompt_has_key": [mode_of(p) for p in prompts()],
+        "variants": {},
+    }
+
+    def save() -> None:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+
+    log(f"versions {report['versions']} gpus {report['gpus']}")
+    save()
+    for variant in variants:
+        started = time.time()
+        try:
+            draft = None if variant == "plain" else paths["draft"]
+            kind = variant if variant in breakage.KINDS else None
+            result = serve(paths["target"], draft, kind, break_dir, log_dir)
+            result["follows_plant"] = all(o == x for o, x in zip(result["outputs"], expected))
+            plain = report["variants"].get("plain")
+            if variant != "plain" and plain and "outputs" in plain:
+                verdicts = e2e.compare_outputs(plain["outputs"], result["outputs"])
+                result["identical_to_plain"] = all(v.identical for v in verdicts)
+                result["not_identical"] = [i for i, v in enumerate(verdicts) if not v.identical]
+        except Exception:
+            result = {"error": traceback.format_exc()[-8000:]}
+        result["seconds"] = round(time.time() - started, 1)
+        report["variants"][variant] = result
+        save()
+        keys = (
+            "accept_batch1",
+            "accept_concurrent",
+            "accept_key",
+            "accept_no_key",
+            "identical_to_plain",
+            "follows_plant",
+            "break_plugin_log_lines",
+            "error",
+        )
+        log(f"{variant}: {json.dumps({k: result.get(k) for k in keys})[:800]}")
+    log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
