@@ -216,6 +216,15 @@ def sampled(base_url: str, prompt: list[int]) -> dict:
     }
 
 
+def info_summary(base_url: str) -> dict:
+    """The speculative fields of /server_info, plus the overlap flag SGLang resolved."""
+    info = e2e.server_info(base_url)
+    summary = e2e.spec_summary(info).as_dict()
+    for key in ("disable_overlap_schedule", "sampling_backend", "mm_attention_backend"):
+        summary[key] = info.get(key, next((v[key] for v in info.values() if isinstance(v, dict) and key in v), None))
+    return summary
+
+
 def log_facts(path: str) -> dict:
     """Lines of a server log that say which worker and hooks ran."""
     try:
@@ -247,37 +256,39 @@ def run_job(job: dict, paths: dict, port: int, log_dir: str, piecewise: bool, re
             server.start().wait_ready()
         finally:
             ready.set()
-        with server:
-            result["ready_s"] = round(time.time() - started, 1)
-            log(f"{job['label']}: ready in {result['ready_s']:.0f}s")
-            if job["stall"]:
-                before = cache_listing()
-                e2e.generate(server.base_url, prompts()[0], 8)
-                result["sampled"] = [sampled(server.base_url, prompts()[i]) for i in (1, 2, 3)]
-                after = cache_listing()
-                result["jit_cache_new_files"] = {d: sorted(set(after[d]) - set(before[d])) for d in after}
-            else:
-                outs = e2e.greedy_suite(server.base_url, prompts(), MAX_NEW_TOKENS, CONCURRENT, ignore_eos=True)
-                result["outputs"] = [g.output_ids for g in outs]
-                result["per_request_accept"] = [g.meta_info.get("spec_accept_length") for g in outs]
-                result["server_info"] = e2e.spec_summary(e2e.server_info(server.base_url)).as_dict()
-                if job["probe_sampled"]:  # the same sampled requests under --sampling-backend pytorch
-                    result["sampled"] = [sampled(server.base_url, prompts()[i]) for i in (1, 2)]
-            if mm:
-                try:
-                    msg = e2e.image_message("What is this?", e2e.square_png())
-                    answer = e2e.chat(server.base_url, "tiny", [msg], max_tokens=16)
-                    result["image_chat"] = {
-                        "ok": True,
-                        "finish_reason": answer["choices"][0].get("finish_reason"),
-                        "content": answer["choices"][0]["message"].get("content"),
-                        "usage": answer.get("usage"),
-                    }
-                except Exception as exc:
-                    result["image_chat"] = {"ok": False, "error": str(exc)[:2000]}
-            result.setdefault("server_info", e2e.spec_summary(e2e.server_info(server.base_url)).as_dict())
+        result["ready_s"] = round(time.time() - started, 1)
+        log(f"{job['label']}: ready in {result['ready_s']:.0f}s")
+        if job["stall"]:
+            before = cache_listing()
+            e2e.generate(server.base_url, prompts()[0], 8)
+            result["sampled"] = [sampled(server.base_url, prompts()[i]) for i in (1, 2, 3)]
+            after = cache_listing()
+            result["jit_cache_new_files"] = {d: sorted(set(after[d]) - set(before[d])) for d in after}
+        else:
+            outs = e2e.greedy_suite(server.base_url, prompts(), MAX_NEW_TOKENS, CONCURRENT, ignore_eos=True)
+            result["outputs"] = [g.output_ids for g in outs]
+            result["per_request_accept"] = [g.meta_info.get("spec_accept_length") for g in outs]
+            result["server_info"] = info_summary(server.base_url)
+            if job["probe_sampled"]:  # the same sampled requests under --sampling-backend pytorch
+                result["sampled"] = [sampled(server.base_url, prompts()[i]) for i in (1, 2)]
+        if mm:
+            try:
+                msg = e2e.image_message("What is this?", e2e.square_png())
+                answer = e2e.chat(server.base_url, "tiny", [msg], max_tokens=16)
+                result["image_chat"] = {
+                    "ok": True,
+                    "finish_reason": answer["choices"][0].get("finish_reason"),
+                    "content": answer["choices"][0]["message"].get("content"),
+                    "usage": answer.get("usage"),
+                }
+            except Exception as exc:
+                result["image_chat"] = {"ok": False, "error": str(exc)[:2000]}
+        if "server_info" not in result:
+            result["server_info"] = info_summary(server.base_url)
     except Exception as exc:
         result["error"] = (str(exc) if isinstance(exc, e2e.ServerError) else traceback.format_exc())[-6000:]
+    finally:
+        server.stop()
     result["seconds"] = round(time.time() - started, 1)
     result["log"] = log_facts(log_path)
     log(f"{job['label']}: done in {result['seconds']:.0f}s" + (" (error)" if "error" in result else ""))
