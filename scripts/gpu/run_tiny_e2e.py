@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import re
+import socket
 import subprocess
 import tempfile
 import threading
@@ -189,6 +190,17 @@ def jobs_for(groups: list[str]) -> list[dict]:
             add(f"{name}-dflash-plugin-nooverlap", target, True, overlap=False)
             add(f"{name}-dflash-noplugin-nooverlap", target, True, plugin=False, overlap=False)
     return jobs
+
+
+def port_for(i: int) -> int:
+    """Server i's port: far from the others' (SGLang derives further ports from it), or any free one if taken."""
+    port = PORT_BASE + PORT_STEP * i
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return e2e.free_port()
+    return port
 
 
 def cache_listing() -> dict:
@@ -363,7 +375,7 @@ def main() -> None:
         if args.parallel and i >= FIRST_WAVE:  # the rest start once the first servers are up (JIT done)
             for event in ready[:FIRST_WAVE]:
                 event.wait()
-        res = run_job(jobs[i], paths, PORT_BASE + PORT_STEP * i, log_dir, args.piecewise, ready[i])
+        res = run_job(jobs[i], paths, port_for(i), log_dir, args.piecewise, ready[i])
         with lock:
             report["servers"][jobs[i]["label"]] = res
         save()
