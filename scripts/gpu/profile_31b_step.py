@@ -1,4 +1,4 @@
-"""Where one DFLASH step's time goes, Gemma-4-31B shapes, dummy weights, one GPU (NOT RUN YET: no device time).
+"""Where one DFLASH step's time goes, Gemma-4-31B shapes, dummy weights, one GPU (NOT RUN on a GPU yet).
 
     source scripts/gpu/setup_site.sh 0.5.16   # or 0.5.13
     python3 scripts/gpu/profile_31b_step.py --out $OUT/step_31b.json [--modes plain,dflash,dflash-noplugin]
@@ -20,6 +20,9 @@ A step is one `forward_batch_generation` of the worker; host = step wall time mi
 Beside each mode: c = t_step / t_plain and the projected speedup L / c at L = 5.4 and 6.46, and the ideal step
 (measured plain step + draft weights + head read once at --bandwidth-tbs: the verify of a 16-token block reads the
 same weights as one decode step, so at small batch it should cost about a plain step).
+Checked so far on CPU only: `--analyse TRACE plain` on a trace that SGLang 0.5.23's CPU server wrote through
+/start_profile finds the worker steps (python_function `sglang/srt/managers/tp_worker.py(...): forward_batch_generation`)
+and their wall time; the kernel attribution needs a GPU trace.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from bisect import bisect_right
 from collections import defaultdict
 
@@ -139,17 +143,15 @@ def profile_once(base_url: str, batch: int, steps: int, out_dir: str, tag: str) 
     time.sleep(3.0)  # past prefill
     trace_dir = os.path.join(out_dir, tag)
     os.makedirs(trace_dir, exist_ok=True)
-    e2e.http_json(
+    # /start_profile answers plain text ("Start profiling."), not JSON
+    body = {"output_dir": trace_dir, "num_steps": steps, "activities": ["CPU", "GPU"], "with_stack": True}
+    request = urllib.request.Request(
         base_url + "/start_profile",
-        {
-            "output_dir": trace_dir,
-            "num_steps": steps,
-            "activities": ["CPU", "GPU"],
-            "with_stack": True,
-            "profile_id": tag,
-        },
-        timeout=600,
+        data=json.dumps({**body, "profile_id": tag}).encode(),
+        headers={"Content-Type": "application/json"},
     )
+    with urllib.request.urlopen(request, timeout=600) as answer:
+        answer.read()
     worker.join()
     deadline = time.time() + 120
     while time.time() < deadline:
