@@ -21,8 +21,9 @@ Beside each mode: c = t_step / t_plain and the projected speedup L / c at L = 5.
 (measured plain step + draft weights + head read once at --bandwidth-tbs: the verify of a 16-token block reads the
 same weights as one decode step, so at small batch it should cost about a plain step).
 Checked so far on CPU only: `--analyse TRACE plain` on a trace that SGLang 0.5.23's CPU server wrote through
-/start_profile finds the worker steps (python_function `sglang/srt/managers/tp_worker.py(...): forward_batch_generation`)
-and their wall time; the kernel attribution needs a GPU trace.
+/start_profile finds the worker steps (python_function events named
+`sglang/srt/managers/tp_worker.py(622): forward_batch_generation`) and their wall time; charging kernels to step
+parts needs a GPU trace.
 """
 
 from __future__ import annotations
