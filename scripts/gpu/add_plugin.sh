@@ -12,7 +12,11 @@ if [ "${1:-build}" = build ]; then
   TMP=$(mktemp -d)
   trap 'rm -rf "$TMP"' EXIT
   PY=${PY:-$( [ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python3 )}
-  (cd "$ROOT" && "$PY" -m pip wheel -q --no-deps -w "$TMP" .)
+  # build from a clean copy of the checkout's files: setuptools reuses an existing build/ folder, and a stale one
+  # leaks modules that moved or were deleted into the wheel
+  mkdir -p "$TMP/src"
+  (cd "$ROOT" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -C "$TMP/src" -xf -
+  (cd "$TMP/src" && "$PY" -m pip wheel -q --no-deps -w "$TMP" .)
   WHEEL=$(ls "$TMP"/sglang_gemma4_dflash-*.whl)
   mkdir -p "$WHEEL_DIR"
   rm -f "$WHEEL_DIR"/sglang_gemma4_dflash-*.whl

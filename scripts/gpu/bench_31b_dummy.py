@@ -1,6 +1,6 @@
 """Decode speed of a Gemma-4-31B-shaped target, plain and under DFLASH, with random (dummy) weights, on one GPU.
 
-    source scripts/gpu/setup_site.sh
+    source scripts/gpu/setup_site.sh 0.5.16   # or 0.5.13
     python3 scripts/gpu/bench_31b_dummy.py --out $OUT/bench_31b.json [--modes plain,dflash] [--batches 1,4,16]
 
 No checkpoint is needed: the target's text stack is Gemma 4 31B's published architecture (60 layers, hidden 5376,

@@ -1,22 +1,25 @@
 #!/bin/bash
-# Build a slim, offline SGLang 0.5.13 "site": one directory to put on PYTHONPATH on the GPU machine.
+# Build a slim, offline SGLang "site" for one SGLang line: one directory to put on PYTHONPATH on the GPU machine.
 #
-#   PYVER=3.12 PACK=1 OUT=.gpu-site bash scripts/gpu/build_site.sh     # for the GPU machine (default)
-#   PYVER=3.11 PACK=0 bash scripts/gpu/build_site.sh                   # a local look-alike for import checks
+#   bash scripts/gpu/build_site.sh 0.5.16                        # for the GPU machine: Python 3.12, packed
+#   PYVER=3.11 PACK=0 bash scripts/gpu/build_site.sh 0.5.16      # a local look-alike for import checks
 #
-# Steps: download the wheels in packages-0.5.13.txt for $PYVER / manylinux x86_64 (no dependency resolution: the
-# list is the resolution), unpack them into $WORK/site, strip what server start-up never loads, add libnuma.so.1,
-# and with PACK=1 write $OUT/site.tar.xz.NN parts of at most 58 MiB plus SHA256SUMS.
-# The plugin is not part of the site: scripts/gpu/add_plugin.sh builds its wheel separately.
+# LINE (the first argument) picks packages-LINE.txt beside this script. Steps: download its wheels for $PYVER /
+# manylinux x86_64 (no dependency resolution: the list is the resolution), unpack them into $WORK/site, strip what
+# server start-up never loads, add libnuma.so.1, and with PACK=1 write $OUT/site.tar.xz.NN parts of at most 58 MiB
+# plus SHA256SUMS (OUT defaults to .gpu-site/LINE). The plugin is not part of the site: add_plugin.sh builds its wheel.
 set -euo pipefail
 
+LINE=${1:?usage: build_site.sh LINE   (e.g. 0.5.13 or 0.5.16: packages-LINE.txt must exist)}
 PYVER=${PYVER:-3.12}
-WORK=${WORK:-/tmp/sglang-0.5.13-site-py${PYVER/./}}
+WORK=${WORK:-/tmp/sglang-$LINE-site-py${PYVER/./}}
 PACK=${PACK:-1}
-OUT=${OUT:-$PWD/.gpu-site}
+OUT=${OUT:-$PWD/.gpu-site/$LINE}
+XZ_LEVEL=${XZ_LEVEL:--9e}
 PART_SIZE=58M
 HERE=$(cd "$(dirname "$0")" && pwd)
-LIST=$HERE/packages-0.5.13.txt
+LIST=$HERE/packages-$LINE.txt
+[ -f "$LIST" ] || { echo "no package list $LIST for SGLang line $LINE" >&2; exit 2; }
 WHEELS=$WORK/wheels
 SITE=$WORK/site
 
@@ -66,6 +69,8 @@ echo "== 3/5 strip"
   # sglang-kernel: mscclpp libraries and headers (--enable-mscclpp only), the 1 GB FA3 library (imported lazily by
   # sgl_kernel/flash_attn.py), the MLA library (try-imported), the Blackwell build (an H200 loads sm90/)
   rm -rf lib lib64 include _mscclpp*.so sgl_kernel/flash_ops.abi3.so sgl_kernel/flashmla_ops.abi3.so sgl_kernel/sm100
+  # sglang-kernel >= 0.4.5: the InfLLM-V2 attention library, loaded lazily by sgl_kernel/infllm_v2/_loader.py
+  rm -f sgl_kernel/infllm_ops*.so
   # SGLang parts launch_server never imports: gRPC core, the diffusion runtime, kernel tests/benchmarks
   rm -rf sglang/srt/grpc/_core.*.so sglang/multimodal_gen sglang/jit_kernel/tests sglang/jit_kernel/benchmark
   rm -f xgrammar/lib/libxgrammar.a     # static library for C++ users
@@ -111,7 +116,7 @@ du -sh "$SITE"
 if [ "$PACK" = 1 ]; then
   echo "== 5/5 pack into $OUT (xz: the GPU machine unpacks it with Python's tarfile + lzma)"
   mkdir -p "$OUT"; rm -f "$OUT"/site.tar.xz* "$OUT"/SHA256SUMS
-  tar -C "$SITE" --owner=0 --group=0 --sort=name -cf - . | xz -9e -T2 | split -b "$PART_SIZE" -d -a 2 - "$OUT/site.tar.xz."
+  tar -C "$SITE" --owner=0 --group=0 --sort=name -cf - . | xz "$XZ_LEVEL" -T2 | split -b "$PART_SIZE" -d -a 2 - "$OUT/site.tar.xz."
   (cd "$OUT" && sha256sum site.tar.xz.* > SHA256SUMS && ls -la site.tar.xz.*)
 else
   echo "== 5/5 PACK=0: not packed; use PYTHONPATH=$SITE"

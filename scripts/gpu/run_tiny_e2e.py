@@ -1,21 +1,24 @@
-"""Plain vs DFLASH on the tiny Gemma 4 checkpoints, on one GPU, with the plugin; one JSON with everything seen.
+"""Plain vs DFLASH on the tiny Gemma 4 checkpoints on one GPU, with and without the plugin; one JSON.
 
-    source scripts/gpu/setup_site.sh          # SGLang 0.5.13 site + plugin wheel on the path
-    python3 scripts/gpu/run_tiny_e2e.py --out $OUT/tiny_e2e.json [--phases text,mm,noplugin]
+    source scripts/gpu/setup_site.sh 0.5.16   # the line's site + plugin wheel on the path
+    python3 scripts/gpu/run_tiny_e2e.py --out $OUT/tiny_e2e.json [--jobs text,mm,nooverlap,stall] [--parallel]
 
-Phases (each writes its part of the JSON as soon as it is done, so a timeout keeps what finished):
-  text      plain and DFLASH servers on the tiny text target (Gemma4ForCausalLM): 18 greedy prompts by token ids,
-            some longer than the sliding window, the last 8 in flight together; per-prompt token verdicts,
-            agreement with the planted successor map, /get_server_info fields, accept length.
-  mm        the same on the multimodal target (Gemma4ForConditionalGeneration), plus one image chat request under
-            DFLASH (recorded, not judged).
-  noplugin  DFLASH on the text target with SGLANG_PLUGINS naming another plugin (ours filtered out): records how it
-            fails (server log tail, or the request error, or - if it serves - the verdicts).
-Servers: triton attention for target and draft, --sampling-backend pytorch, piecewise CUDA graphs off unless
---piecewise (decode CUDA graphs stay on). Progress goes to stdout.
+Each job is one server. Job groups (--jobs):
+  text       text target (Gemma4ForCausalLM): plain, DFLASH with the plugin, DFLASH with the plugin off
+             (SGLANG_PLUGINS names another plugin, so SGLang's load_plugins() skips ours)
+  mm         the same on the multimodal target (Gemma4ForConditionalGeneration), each with one image chat request
+  nooverlap  DFLASH with and without the plugin on both targets, with --disable-overlap-schedule
+  stall      DFLASH with the plugin and SGLang's default sampling backend: one greedy request, then three sampled
+             (temperature > 0) requests, each timed, and the JIT cache folders listed before and after; the text
+             DFLASH job (--sampling-backend pytorch) times two sampled requests after its greedy suite
+Every DFLASH job runs 18 greedy prompts by token ids (some longer than the sliding window, the last 8 in flight
+together) and is judged token by token against the plain job of its target; accept lengths come from server_info.
 
---cpu runs the same flow on a machine without a GPU (SGLang's CPU engine through sglang_gemma4_dflash_testkit.cpu_server):
-a dry run of this script only - SGLang refuses DFLASH on CPU, so the DFLASH servers record their startup error.
+--parallel starts the first two jobs (they pay the JIT compiles), and all other jobs at once when those two servers
+are up: a tiny model uses little of the GPU, and each server caps its KV pool with --max-total-tokens, so the servers
+fit side by side (JIT builds of flashinfer and tvm-ffi take file locks).
+The JSON is rewritten after every job, so a timeout keeps what finished. --cpu is a dry run of this script on a
+machine without a GPU (SGLang's CPU engine; SGLang refuses DFLASH there, so those jobs record the start-up error).
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ import json
 import os
 import platform
 import re
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 
 from sglang_gemma4_dflash_testkit import e2e
 from sglang_gemma4_dflash_testkit.tiny import TINY, planted_continuation, write_tiny_checkpoints
@@ -36,6 +42,26 @@ from sglang_gemma4_dflash_testkit.tiny import TINY, planted_continuation, write_
 NUM_PROMPTS = 18
 CONCURRENT = 8
 MAX_NEW_TOKENS = 40
+FIRST_WAVE = 2
+PORT_BASE, PORT_STEP = 21000, 1500  # SGLang derives further ports from the server port: keep servers far apart
+# SGLang sizes its KV pool as (free memory) - (1 - fraction) * (card memory), so servers side by side need a
+# fraction above the share the others hold; --max-total-tokens keeps each pool small.
+MEM_FRACTION = 0.6
+LAUNCHER = e2e.DEFAULT_LAUNCHER
+CPU_ARGS = [
+    "--attention-backend",
+    "intel_amx",
+    "--sampling-backend",
+    "pytorch",
+    "--dtype",
+    "bfloat16",
+    "--max-running-requests",
+    str(CONCURRENT),
+    "--max-total-tokens",
+    "4096",
+    "--disable-cuda-graph",
+]
+CACHE_DIRS = ("~/.cache/flashinfer", "~/.cache/tvm-ffi", "~/.cache/sglang", "~/.triton/cache", "/tmp/flashinfer")
 
 
 def log(msg: str) -> None:
@@ -46,45 +72,81 @@ def versions() -> dict:
     import importlib.metadata as md
 
     out = {"python": platform.python_version()}
-    for name in ("torch", "triton", "sglang", "sglang-kernel", "flashinfer-python", "transformers", "tokenizers",
-                 "sglang-gemma4-dflash"):
+    for name in (
+        "torch",
+        "triton",
+        "sglang",
+        "sglang-kernel",
+        "flashinfer-python",
+        "transformers",
+        "tokenizers",
+        "apache-tvm-ffi",
+        "sglang-gemma4-dflash",
+    ):
         try:
             out[name] = md.version(name)
         except md.PackageNotFoundError:
             out[name] = None
-    plugins = [f"{ep.name} = {ep.value}" for ep in md.entry_points(group="sglang.srt.plugins")]
-    out["sglang.srt.plugins entry points"] = plugins
+    out["sglang.srt.plugins entry points"] = [
+        f"{ep.name} = {ep.value}" for ep in md.entry_points(group="sglang.srt.plugins")
+    ]
     return out
 
 
 def hardware() -> dict:
     query = "name,memory.total,driver_version,compute_cap"
     try:
-        gpus = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+        gpus = (
+            subprocess.run(
+                ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            .stdout.strip()
+            .splitlines()
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         gpus = [f"nvidia-smi failed: {e}"]
     return {"gpus": gpus, "cpu_count": os.cpu_count(), "platform": platform.platform()}
 
 
-LAUNCHER = e2e.DEFAULT_LAUNCHER
-CPU_ARGS = ["--attention-backend", "intel_amx", "--sampling-backend", "pytorch", "--dtype", "bfloat16",
-            "--max-running-requests", str(CONCURRENT), "--max-total-tokens", "4096", "--disable-cuda-graph"]
-
-
-def common_args(piecewise: bool) -> list[str]:
+def common_args(mm: bool, sampling_backend: str | None, piecewise: bool) -> list[str]:
     if LAUNCHER == e2e.CPU_LAUNCHER:
         return list(CPU_ARGS)
-    args = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--dtype", "bfloat16",
-            "--mem-fraction-static", "0.3", "--max-running-requests", str(CONCURRENT),
-            "--cuda-graph-max-bs", str(CONCURRENT)]
+    args = [
+        "--attention-backend",
+        "triton",
+        "--dtype",
+        "bfloat16",
+        "--mem-fraction-static",
+        str(MEM_FRACTION),
+        "--max-total-tokens",
+        "8192",
+        "--max-running-requests",
+        str(CONCURRENT),
+        "--cuda-graph-max-bs",
+        str(CONCURRENT),
+    ]
+    if sampling_backend:
+        args += ["--sampling-backend", sampling_backend]
+    if mm:  # the slim sites strip FA3 (sgl_kernel/flash_ops), which the vision tower picks when none is named
+        args += ["--mm-attention-backend", "triton_attn"]
     return args if piecewise else args + ["--disable-piecewise-cuda-graph"]
 
 
 def dflash_args(draft: str) -> list[str]:
-    return ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft,
-            "--speculative-num-draft-tokens", str(TINY.block_size),
-            "--speculative-draft-attention-backend", "triton"]
+    return [
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-draft-model-path",
+        draft,
+        "--speculative-num-draft-tokens",
+        str(TINY.block_size),
+        "--speculative-draft-attention-backend",
+        "triton",
+    ]
 
 
 def prompts() -> list[list[int]]:
@@ -94,119 +156,244 @@ def prompts() -> list[list[int]]:
     return e2e.token_prompts(TINY.vocab_size, lengths, seed=11, low=TINY.num_special_tokens)
 
 
-def serve_suite(target: str, args: list[str], env: dict | None, label: str, log_dir: str,
-                image: bool = False) -> dict:
-    """Start one server, run the greedy suite (and optionally an image chat), read server info, stop it."""
+def jobs_for(groups: list[str]) -> list[dict]:
+    """The servers to run; the first two (text DFLASH with the plugin, then the stall job) start first."""
+    jobs = []
+
+    def add(label, target, dflash, plugin=True, overlap=True, sampling="pytorch", stall=False, probe=False):
+        jobs.append(
+            {
+                "label": label,
+                "target": target,
+                "dflash": dflash,
+                "plugin": plugin,
+                "overlap": overlap,
+                "sampling": sampling,
+                "stall": stall,
+                "probe_sampled": probe,
+            }
+        )
+
+    if "text" in groups:
+        add("text-dflash-plugin", "target", True, probe="stall" in groups)
+    if "stall" in groups:
+        add("text-dflash-plugin-sampled", "target", True, sampling=None, stall=True)
+    if "text" in groups:
+        add("text-plain", "target", False)
+        add("text-dflash-noplugin", "target", True, plugin=False)
+    if "mm" in groups:
+        add("mm-plain", "target_mm", False)
+        add("mm-dflash-plugin", "target_mm", True)
+        add("mm-dflash-noplugin", "target_mm", True, plugin=False)
+    if "nooverlap" in groups:
+        for target, name in (("target", "text"), ("target_mm", "mm")):
+            add(f"{name}-dflash-plugin-nooverlap", target, True, overlap=False)
+            add(f"{name}-dflash-noplugin-nooverlap", target, True, plugin=False, overlap=False)
+    return jobs
+
+
+def port_for(i: int) -> int:
+    """Server i's port: far from the others' (SGLang derives further ports from it), or any free one if taken."""
+    port = PORT_BASE + PORT_STEP * i
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return e2e.free_port()
+    return port
+
+
+def cache_listing() -> dict:
+    out = {}
+    for d in CACHE_DIRS:
+        path = os.path.expanduser(d)
+        files = []
+        for root, _, names in os.walk(path):
+            files += [os.path.relpath(os.path.join(root, n), path) for n in names if n.endswith((".so", ".cubin"))]
+        out[d] = sorted(files)
+    return out
+
+
+def sampled(base_url: str, prompt: list[int]) -> dict:
+    payload = {
+        "input_ids": prompt,
+        "sampling_params": {"temperature": 0.7, "top_p": 0.9, "top_k": 20, "max_new_tokens": 24, "ignore_eos": True},
+    }
     started = time.time()
-    server = e2e.Server(target, args, launcher=LAUNCHER, env=env, ready_timeout=420,
-                        log_path=os.path.join(log_dir, f"{label}.log"))
-    with server:
-        ready_s = time.time() - started
-        log(f"{label}: ready in {ready_s:.0f}s")
-        outs = e2e.greedy_suite(server.base_url, prompts(), MAX_NEW_TOKENS, CONCURRENT, ignore_eos=True)
-        result = {"ready_s": round(ready_s, 1), "outputs": [g.output_ids for g in outs],
-                  "per_request_accept": [g.meta_info.get("spec_accept_length") for g in outs]}
-        if image:
+    out = e2e.http_json(base_url + "/generate", payload, timeout=400)
+    return {
+        "seconds": round(time.time() - started, 2),
+        "num_tokens": len(out.get("output_ids") or []),
+        "spec_accept_length": (out.get("meta_info") or {}).get("spec_accept_length"),
+    }
+
+
+def info_summary(base_url: str) -> dict:
+    """The speculative fields of /server_info, plus the overlap flag SGLang resolved."""
+    info = e2e.server_info(base_url)
+    summary = e2e.spec_summary(info).as_dict()
+    for key in ("disable_overlap_schedule", "sampling_backend", "mm_attention_backend"):
+        summary[key] = info.get(key, next((v[key] for v in info.values() if isinstance(v, dict) and key in v), None))
+    return summary
+
+
+def log_facts(path: str) -> dict:
+    """Lines of a server log that say which worker and hooks ran."""
+    try:
+        with open(path, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return {}
+    pick = re.compile(r"sglang-gemma4-dflash|DFlashWorker|dflash_worker|overlap|Traceback|Error:")
+    lines = [line.strip()[:600] for line in text.splitlines() if pick.search(line)]
+    return {"lines": lines[:40], "plugin_loaded": "sglang-gemma4-dflash" in text}
+
+
+def run_job(job: dict, paths: dict, port: int, log_dir: str, piecewise: bool, ready: threading.Event) -> dict:
+    mm = job["target"] == "target_mm"
+    args = common_args(mm, job["sampling"], piecewise)
+    if job["dflash"]:
+        args += dflash_args(paths["draft"])
+    if not job["overlap"]:
+        args.append("--disable-overlap-schedule")
+    env = None if job["plugin"] else {"SGLANG_PLUGINS": "some_other_name"}
+    log_path = os.path.join(log_dir, job["label"] + ".log")
+    result = {"args": args, "env": env or {}}
+    started = time.time()
+    server = e2e.Server(
+        paths[job["target"]], args, launcher=LAUNCHER, env=env, port=port, ready_timeout=420, log_path=log_path
+    )
+    try:
+        try:
+            server.start().wait_ready()
+        finally:
+            ready.set()
+        result["ready_s"] = round(time.time() - started, 1)
+        log(f"{job['label']}: ready in {result['ready_s']:.0f}s")
+        if job["stall"]:
+            before = cache_listing()
+            e2e.generate(server.base_url, prompts()[0], 8)
+            result["sampled"] = [sampled(server.base_url, prompts()[i]) for i in (1, 2, 3)]
+            after = cache_listing()
+            result["jit_cache_new_files"] = {d: sorted(set(after[d]) - set(before[d])) for d in after}
+        else:
+            outs = e2e.greedy_suite(server.base_url, prompts(), MAX_NEW_TOKENS, CONCURRENT, ignore_eos=True)
+            result["outputs"] = [g.output_ids for g in outs]
+            result["per_request_accept"] = [g.meta_info.get("spec_accept_length") for g in outs]
+            result["server_info"] = info_summary(server.base_url)
+            if job["probe_sampled"]:  # the same sampled requests under --sampling-backend pytorch
+                result["sampled"] = [sampled(server.base_url, prompts()[i]) for i in (1, 2)]
+        if mm:
             try:
-                answer = e2e.chat(server.base_url, "tiny", [e2e.image_message("What is this?", e2e.square_png())],
-                                  max_tokens=16)
-                result["image_chat"] = {"ok": True, "finish_reason": answer["choices"][0].get("finish_reason"),
-                                        "content": answer["choices"][0]["message"].get("content")}
-            except Exception as exc:  # recorded, not judged: the tiny processor may not cover every image path
+                msg = e2e.image_message("What is this?", e2e.square_png())
+                answer = e2e.chat(server.base_url, "tiny", [msg], max_tokens=16)
+                result["image_chat"] = {
+                    "ok": True,
+                    "finish_reason": answer["choices"][0].get("finish_reason"),
+                    "content": answer["choices"][0]["message"].get("content"),
+                    "usage": answer.get("usage"),
+                }
+            except Exception as exc:
                 result["image_chat"] = {"ok": False, "error": str(exc)[:2000]}
-        info = e2e.server_info(server.base_url)
-        result["server_info"] = e2e.spec_summary(info).as_dict()
-    log(f"{label}: done in {time.time() - started:.0f}s")
+        if "server_info" not in result:
+            result["server_info"] = info_summary(server.base_url)
+    except Exception as exc:
+        result["error"] = (str(exc) if isinstance(exc, e2e.ServerError) else traceback.format_exc())[-6000:]
+    finally:
+        server.stop()
+    result["seconds"] = round(time.time() - started, 1)
+    result["log"] = log_facts(log_path)
+    log(f"{job['label']}: done in {result['seconds']:.0f}s" + (" (error)" if "error" in result else ""))
     return result
 
 
-def pair(target: str, draft: str, piecewise: bool, log_dir: str, image: bool) -> dict:
+def verdicts(servers: dict) -> dict:
     expected = [planted_continuation(p, MAX_NEW_TOKENS) for p in prompts()]
-    name = os.path.basename(target)
-    plain = serve_suite(target, common_args(piecewise), None, name + "-plain", log_dir)
-    result = {"prompt_lengths": [len(p) for p in prompts()],
-              "plain_follows_plant": [o == x for o, x in zip(plain["outputs"], expected)], "plain": plain}
-    try:
-        spec = serve_suite(target, common_args(piecewise) + dflash_args(draft), None, name + "-dflash", log_dir,
-                           image=image)
-    except (e2e.ServerError, e2e.HTTPRequestError) as exc:
-        result["dflash"] = {"error": str(exc)[-8000:]}
-        return result
-    verdicts = e2e.compare_outputs(plain["outputs"], spec["outputs"])
-    result.update({
-        "verdicts": [v.as_dict() for v in verdicts],
-        "all_identical": all(v.identical for v in verdicts),
-        "dflash": spec,
-        "avg_spec_accept_length": spec["server_info"]["avg_spec_accept_length"],
-    })
-    return result
-
-
-def without_plugin(target: str, draft: str, piecewise: bool, log_dir: str) -> dict:
-    env = {"SGLANG_PLUGINS": "some_other_name"}
-    server = e2e.Server(target, common_args(piecewise) + dflash_args(draft), launcher=LAUNCHER, env=env,
-                        ready_timeout=300,
-                        log_path=os.path.join(log_dir, "noplugin.log"))
-    try:
-        with server:
-            try:
-                outs = e2e.greedy_suite(server.base_url, prompts()[:4], MAX_NEW_TOKENS, 0, ignore_eos=True)
-            except e2e.HTTPRequestError as exc:
-                return {"stage": "request", "error": str(exc)[:4000], "log_tail": server.log_tail(8000)}
-            expected = [planted_continuation(p, MAX_NEW_TOKENS) for p in prompts()[:4]]
-            return {"stage": "served", "matches_plant": [g.output_ids == x for g, x in zip(outs, expected)],
-                    "log_tail": server.log_tail(4000)}
-    except e2e.ServerError as exc:
-        text = str(exc)
-        raised = [line.strip() for line in text.splitlines() if re.match(r"^\s*\w+(Error|Exception): ", line)]
-        return {"stage": "startup", "exception": raised[-1] if raised else None, "error": text[-8000:]}
+    out = {}
+    for label, res in servers.items():
+        plain_label = label.split("-")[0] + "-plain"
+        plain = servers.get(plain_label, {})
+        if label == plain_label and "outputs" in res:
+            out[label] = {"follows_plant": all(o == x for o, x in zip(res["outputs"], expected))}
+        elif "outputs" in res and "outputs" in plain:
+            v = e2e.compare_outputs(plain["outputs"], res["outputs"])
+            out[label] = {
+                "vs": plain_label,
+                "all_identical": all(x.identical for x in v),
+                "mismatches": [x.as_dict() for x in v if not x.identical],
+                "avg_spec_accept_length": res["server_info"]["avg_spec_accept_length"],
+            }
+        elif "outputs" in res:
+            out[label] = {"vs": plain_label, "all_identical": None, "note": "no plain outputs to compare"}
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="JSON file to write")
-    parser.add_argument("--phases", default="text,mm,noplugin")
+    parser.add_argument("--jobs", default="text,mm,nooverlap,stall")
+    parser.add_argument("--parallel", action="store_true", help="two jobs first, then all others at once")
     parser.add_argument("--piecewise", action="store_true", help="leave piecewise CUDA graphs on (slower start)")
-    parser.add_argument("--cpu", action="store_true", help="dry run on CPU (no DFLASH possible there)")
+    parser.add_argument("--cpu", action="store_true", help="dry run on CPU (SGLang refuses DFLASH there)")
     parser.add_argument("--tiny-dir", default=os.path.join(tempfile.gettempdir(), "tiny-gemma4-dflash"))
     args = parser.parse_args()
     global LAUNCHER
     LAUNCHER = e2e.CPU_LAUNCHER if args.cpu else e2e.DEFAULT_LAUNCHER
-    phases = [p for p in args.phases.split(",") if p]
     log_dir = os.path.join(os.path.dirname(os.path.abspath(args.out)), "server_logs")
     os.makedirs(log_dir, exist_ok=True)
+    jobs = jobs_for([g for g in args.jobs.split(",") if g])
 
-    report = {"versions": versions(), "hardware": hardware(), "phases": phases, "launcher": LAUNCHER,
-              "piecewise_cuda_graph": args.piecewise,
-              "max_new_tokens": MAX_NEW_TOKENS, "concurrent": CONCURRENT, "tiny": {
-                  "vocab_size": TINY.vocab_size, "sliding_window": TINY.sliding_window,
-                  "block_size": TINY.block_size}}
+    report = {
+        "versions": versions(),
+        "hardware": hardware(),
+        "jobs": [j["label"] for j in jobs],
+        "parallel": args.parallel,
+        "piecewise_cuda_graph": args.piecewise,
+        "max_new_tokens": MAX_NEW_TOKENS,
+        "concurrent": CONCURRENT,
+        "prompt_lengths": [len(p) for p in prompts()],
+        "tiny": {"vocab_size": TINY.vocab_size, "sliding_window": TINY.sliding_window, "block_size": TINY.block_size},
+        "servers": {},
+    }
+    lock = threading.Lock()
 
     def save() -> None:
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
+        with lock:
+            report["verdicts"] = verdicts(report["servers"])
+            with open(args.out, "w") as f:
+                json.dump(report, f, indent=1)
 
     log(f"versions {report['versions']}")
     log(f"hardware {report['hardware']['gpus']}")
     paths = {k: str(v) for k, v in write_tiny_checkpoints(args.tiny_dir).items()}
     report["checkpoints"] = paths
     save()
-    runs = {"text": lambda: pair(paths["target"], paths["draft"], args.piecewise, log_dir, image=False),
-            "mm": lambda: pair(paths["target_mm"], paths["draft"], args.piecewise, log_dir, image=True),
-            "noplugin": lambda: without_plugin(paths["target"], paths["draft"], args.piecewise, log_dir)}
-    for phase in phases:
-        log(f"phase {phase}")
-        started = time.time()
-        try:
-            report[phase] = runs[phase]()
-        except Exception:
-            report[phase] = {"error": traceback.format_exc()[-8000:]}
-        report[phase]["seconds"] = round(time.time() - started, 1)
+
+    ready = [threading.Event() for _ in jobs]
+
+    def one(i: int) -> None:
+        if args.parallel and i >= FIRST_WAVE:  # the rest start once the first servers are up (JIT done)
+            for event in ready[:FIRST_WAVE]:
+                event.wait()
+        res = run_job(jobs[i], paths, port_for(i), log_dir, args.piecewise, ready[i])
+        with lock:
+            report["servers"][jobs[i]["label"]] = res
         save()
-        summary = {k: report[phase].get(k) for k in ("all_identical", "avg_spec_accept_length", "stage", "error")}
-        summary["plain_follows_plant"] = all(report[phase].get("plain_follows_plant") or [False])
-        summary["dflash_error"] = (report[phase].get("dflash") or {}).get("error", "")[-300:] or None
-        log(f"phase {phase}: {json.dumps(summary)[:600]}")
+
+    if args.parallel:
+        with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+            list(pool.map(one, range(len(jobs))))
+    else:
+        for i in range(len(jobs)):
+            one(i)
+    save()
+    for label, v in report["verdicts"].items():
+        log(f"{label}: {json.dumps(v)[:300]}")
+    for label, res in report["servers"].items():
+        if "sampled" in res:
+            log(f"{label}: sampled request seconds {[s['seconds'] for s in res['sampled']]}")
+        if "error" in res:
+            log(f"{label}: ERROR {res['error'][-400:]}")
     log(f"wrote {args.out}")
 
 

@@ -1,9 +1,12 @@
-# Source this on the GPU machine, from the repository root:   source scripts/gpu/setup_site.sh
-# Unpacks .gpu-site/site.tar.xz.* (checked against SHA256SUMS) into $SITE once, puts the plugin wheel from .gpu-site/
-# into it (scripts/gpu/add_plugin.sh install), and exports PYTHONPATH / LD_LIBRARY_PATH / PATH for SGLang 0.5.13.
-# Needs only python3 (tarfile + lzma from the standard library) and sha256sum.
-SITE=${SITE:-/tmp/sglang-0.5.13-site}
-PARTS=${PARTS:-$PWD/.gpu-site}
+# Source this on the GPU machine, from the folder that holds scripts/gpu/ and .gpu-site/:
+#   source scripts/gpu/setup_site.sh 0.5.16
+# Unpacks .gpu-site/LINE/site.tar.xz.* (checked against SHA256SUMS) into $SITE once, puts the plugin wheel from
+# .gpu-site/ into it (scripts/gpu/add_plugin.sh install), and exports PYTHONPATH / LD_LIBRARY_PATH / PATH for that
+# SGLang line. Needs only python3 (tarfile + lzma from the standard library) and sha256sum.
+_line=${1:-}
+if [ -z "$_line" ]; then echo "usage: source scripts/gpu/setup_site.sh LINE   (e.g. 0.5.16)" >&2; return 2; fi
+SITE=${SITE:-/tmp/sglang-$_line-site}
+PARTS=${PARTS:-$PWD/.gpu-site/$_line}
 if [ ! -f "$SITE/.unpacked" ]; then
   (cd "$PARTS" && sha256sum --quiet -c SHA256SUMS) || { echo "site parts in $PARTS do not match SHA256SUMS" >&2; return 1; }
   python3 - "$PARTS" "$SITE" <<'PY' || return 1
@@ -18,7 +21,7 @@ open(os.path.join(site, ".unpacked"), "w").write("\n".join(map(os.path.basename,
 print(f"unpacked {len(parts)} part(s) into {site} in {time.time() - start:.0f}s")
 PY
 fi
-bash "$(dirname "${BASH_SOURCE[0]}")/add_plugin.sh" install "$SITE" || return 1
+WHEEL_DIR=${WHEEL_DIR:-$PWD/.gpu-site} bash "$(dirname "${BASH_SOURCE[0]}")/add_plugin.sh" install "$SITE" || return 1
 # the site's optional packages go on the path only where the machine lacks them
 _extra=""
 for _d in "$SITE"/_optional/*; do
@@ -29,5 +32,5 @@ export PYTHONPATH="$SITE$_extra${PYTHONPATH:+:$PYTHONPATH}"
 export LD_LIBRARY_PATH="$SITE/_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$SITE/bin:$PATH"
 export PYTHONUNBUFFERED=1
-unset _d _extra
+unset _d _extra _line
 python3 -c "import sglang, transformers, sglang_gemma4_dflash as p; print('sglang', sglang.__version__, '| transformers', transformers.__version__, '| plugin', p.__version__)"
