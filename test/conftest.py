@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from sglang_gemma4_dflash_testkit import sglang_cpu as _sglang_cpu  # noqa: E402
 
 _sglang_cpu.use_cpu_engine()

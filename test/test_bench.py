@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-from sglang_gemma4_dflash.bench import data, launcher, main as bench
+from sglang_gemma4_dflash.bench import data, launcher
+from sglang_gemma4_dflash.bench import main as bench
 from sglang_gemma4_dflash.bench.parity import first_difference
 from sglang_gemma4_dflash_testkit import e2e, sglang_cpu, tiny
 

@@ -10,7 +10,6 @@ Both sides run in float32 on CPU; measured max abs diff of captured states ~3e-5
 import numpy as np
 import pytest
 import torch
-
 from sglang_gemma4_dflash.gemma4.capture import set_dflash_layers_to_capture
 from sglang_gemma4_dflash.gemma4.validate import validate_draft_against_target
 

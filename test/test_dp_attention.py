@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from sglang_gemma4_dflash_testkit import multiproc
 from sglang_gemma4_dflash_testkit import sglang_cpu as _sglang_cpu
 
@@ -37,7 +36,6 @@ def dp_inputs(dp_rank: int):
 def _rank(rank: int, world: int) -> dict:
     from sglang.srt.models.gemma4_causal import Gemma4ForCausalLM, Gemma4TextScaledWordEmbedding
     from sglang.srt.runtime_context import get_parallel
-
     from sglang_gemma4_dflash import compat
     from sglang_gemma4_dflash.dflash import worker_hooks
 

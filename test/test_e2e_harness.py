@@ -9,7 +9,6 @@ import textwrap
 import time
 
 import pytest
-
 from sglang_gemma4_dflash_testkit import e2e
 
 FAKE_LAUNCHER = textwrap.dedent('''
@@ -76,15 +75,32 @@ def launcher(tmp_path):
 
 def test_command_uses_given_launcher_module():
     s = e2e.Server("/m", ["--tp-size", 2], launcher=e2e.CPU_LAUNCHER, port=1234)
-    assert s.command() == [sys.executable, "-m", "sglang_gemma4_dflash_testkit.cpu_server", "--model-path", "/m",
-                           "--host", "127.0.0.1", "--port", "1234", "--tp-size", "2"]
+    assert s.command() == [
+        sys.executable,
+        "-m",
+        "sglang_gemma4_dflash_testkit.cpu_server",
+        "--model-path",
+        "/m",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "1234",
+        "--tp-size",
+        "2",
+    ]
 
 
 def test_server_roundtrip_generate_info_and_group_kill(launcher, tmp_path):
     module, env = launcher
     pid_file = tmp_path / "child.pid"
-    server = e2e.Server("/models/tiny", ["--mode", "ok", "--child-pid-file", str(pid_file)], launcher=module,
-                        env=env, ready_timeout=30, poll_interval=0.1)
+    server = e2e.Server(
+        "/models/tiny",
+        ["--mode", "ok", "--child-pid-file", str(pid_file)],
+        launcher=module,
+        env=env,
+        ready_timeout=30,
+        poll_interval=0.1,
+    )
     with server:
         pgid = server.process.pid
         out = e2e.generate(server.base_url, [1, 2, 3], max_new_tokens=2)
@@ -135,8 +151,9 @@ def test_early_exit_is_reported_with_log_tail(launcher):
 @pytest.mark.parametrize("mode", ["never", "slow"])
 def test_readiness_poll_is_bounded_and_kills(launcher, mode):
     module, env = launcher
-    server = e2e.Server("/m", ["--mode", mode], launcher=module, env=env, ready_timeout=3, poll_interval=0.1,
-                        stop_grace=2)
+    server = e2e.Server(
+        "/m", ["--mode", mode], launcher=module, env=env, ready_timeout=3, poll_interval=0.1, stop_grace=2
+    )
     start = time.monotonic()
     with pytest.raises(e2e.ServerError, match="not ready after 3s"):
         server.__enter__()
@@ -163,8 +180,11 @@ def test_spec_summary_reads_flat_and_nested_layouts():
     flat = {"speculative_algorithm": None, "disable_cuda_graph": True, "internal_states": [{}]}
     s = e2e.spec_summary(flat)
     assert s.speculative_algorithm is None and s.avg_spec_accept_length is None and not s.cuda_graph_on
-    nested = {"speculative": {"speculative_algorithm": "DFLASH", "speculative_num_draft_tokens": "8"},
-              "cuda_graph": {"disable_cuda_graph": False}, "internal_states": [{"avg_spec_accept_length": 3}]}
+    nested = {
+        "speculative": {"speculative_algorithm": "DFLASH", "speculative_num_draft_tokens": "8"},
+        "cuda_graph": {"disable_cuda_graph": False},
+        "internal_states": [{"avg_spec_accept_length": 3}],
+    }
     s = e2e.spec_summary(nested)
     assert (s.speculative_algorithm, s.speculative_num_draft_tokens, s.avg_spec_accept_length) == ("DFLASH", 8, 3.0)
     assert json.dumps(s.as_dict())
@@ -202,9 +222,9 @@ def test_square_png_is_a_valid_png():
     width, height = struct.unpack(">II", png[16:24])
     assert (width, height) == (8, 8)
     idat_len = struct.unpack(">I", png[33:37])[0]
-    raw = zlib.decompress(png[41:41 + idat_len])
-    row = raw[4 * 25:5 * 25]  # filter byte + 8 RGB pixels; row 4 crosses the square (x 2..5)
-    assert row[0] == 0 and row[1 + 3 * 2:1 + 3 * 3] == bytes((1, 2, 3)) and row[1:4] == b"\xff\xff\xff"
+    raw = zlib.decompress(png[41 : 41 + idat_len])
+    row = raw[4 * 25 : 5 * 25]  # filter byte + 8 RGB pixels; row 4 crosses the square (x 2..5)
+    assert row[0] == 0 and row[1 + 3 * 2 : 1 + 3 * 3] == bytes((1, 2, 3)) and row[1:4] == b"\xff\xff\xff"
     message = e2e.image_message("what?", png)
     assert message["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
 

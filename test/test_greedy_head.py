@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
+from sglang.srt.layers.vocab_parallel_embedding import (  # conftest selected the CPU engine first
+    VocabParallelEmbedding,
+    VocabParallelEmbeddingShardIndices,
+    pad_vocab_size,
+)
 from sglang_gemma4_dflash.dflash.draft_sampler import SplitHeadDraftSampler
 from sglang_gemma4_dflash.head.greedy import (
     MIN_BLOCK_ROWS,
@@ -23,11 +27,6 @@ from sglang_gemma4_dflash.head.greedy import (
     pick_global,
     score_local,
     vocab_block_rows,
-)
-from sglang.srt.layers.vocab_parallel_embedding import (  # conftest selected the CPU engine first
-    VocabParallelEmbedding,
-    VocabParallelEmbeddingShardIndices,
-    pad_vocab_size,
 )
 
 TINY_BUDGET = 1  # forces the smallest vocabulary block (MIN_BLOCK_ROWS rows): many blocks per range

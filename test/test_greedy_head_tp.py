@@ -13,7 +13,6 @@ import functools
 
 import pytest
 import torch
-
 from sglang_gemma4_dflash_testkit import multiproc
 from sglang_gemma4_dflash_testkit import sglang_cpu as _sglang_cpu
 
@@ -135,7 +134,6 @@ def _rank_cases(rank: int, world: int) -> dict:
     from sglang.srt.distributed import get_tp_group
     from sglang.srt.layers.vocab_parallel_embedding import ParallelLMHead
     from sglang.srt.models.gemma4_causal import Gemma4TextScaledWordEmbedding
-
     from sglang_gemma4_dflash.dflash.draft_sampler import SplitHeadDraftSampler
     from sglang_gemma4_dflash.head.greedy import greedy_token_ids, layout_for_head
 

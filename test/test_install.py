@@ -14,7 +14,6 @@ import sys
 import textwrap
 
 import pytest
-
 from sglang_gemma4_dflash import hooks
 from sglang_gemma4_dflash.compat import SGLangFeatures, TargetClass, WorkerClass
 

@@ -139,7 +139,6 @@ def test_standins_cover_every_cpu_guarded_sgl_kernel_import(sglang_tp1):
 
 def test_standins_raise_when_called(sglang_tp1):
     import sgl_kernel
-
     from sglang_gemma4_dflash_testkit import cpu_standins
 
     assert cpu_standins.is_installed()

@@ -16,11 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from sglang_gemma4_dflash_testkit import tiny, tiny_tokenizer
-from sglang_gemma4_dflash_testkit.tiny import TINY
 from sglang_gemma4_dflash.gemma4.validate import validate_draft_against_target
-from sglang_gemma4_dflash_testkit import sglang_cpu
+from sglang_gemma4_dflash_testkit import sglang_cpu, tiny, tiny_tokenizer
+from sglang_gemma4_dflash_testkit.tiny import TINY
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -89,7 +87,9 @@ def test_spec_matches_written_configs(tiny_dir):
     from transformers import AutoConfig
 
     for key in ("target", "target_mm"):
-        validate_draft_against_target(AutoConfig.from_pretrained(tiny_dir[key]), AutoConfig.from_pretrained(tiny_dir["draft"]))
+        validate_draft_against_target(
+            AutoConfig.from_pretrained(tiny_dir[key]), AutoConfig.from_pretrained(tiny_dir["draft"])
+        )
 
 
 def test_tokenizer_ids_match_the_spec(tiny_dir):
@@ -98,7 +98,11 @@ def test_tokenizer_ids_match_the_spec(tiny_dir):
     for key in ("target", "target_mm"):
         tok = AutoTokenizer.from_pretrained(tiny_dir[key])
         assert len(tok) == TINY.vocab_size
-        assert (tok.pad_token_id, tok.eos_token_id, tok.bos_token_id) == (TINY.pad_token_id, TINY.eos_token_id, TINY.bos_token_id)
+        assert (tok.pad_token_id, tok.eos_token_id, tok.bos_token_id) == (
+            TINY.pad_token_id,
+            TINY.eos_token_id,
+            TINY.bos_token_id,
+        )
         assert tok.mask_token == TINY.mask_token and tok.mask_token_id == TINY.mask_token_id
         ids = tok("hello world").input_ids
         assert ids[0] == TINY.bos_token_id and tok.decode(ids[1:]) == "hello world"
@@ -216,10 +220,24 @@ def draft_block_reference(draft_dir, embed, target_features, anchor):
         def heads_of(t):
             return t.view(t.shape[0], -1, hd)
 
-        q = _rope(_rms_norm(heads_of(h @ w[p + "self_attn.q_proj.weight"].T), w[p + "self_attn.q_norm.weight"]), pos_blk, theta)
-        k_blk = _rope(_rms_norm(heads_of(h @ w[p + "self_attn.k_proj.weight"].T), w[p + "self_attn.k_norm.weight"]), pos_blk, theta)
-        k_ctx = _rope(_rms_norm(heads_of(ctx @ w[p + "self_attn.k_proj.weight"].T), w[p + "self_attn.k_norm.weight"]), pos_ctx, theta)
-        v = torch.cat([heads_of(ctx @ w[p + "self_attn.v_proj.weight"].T), heads_of(h @ w[p + "self_attn.v_proj.weight"].T)])
+        q = _rope(
+            _rms_norm(heads_of(h @ w[p + "self_attn.q_proj.weight"].T), w[p + "self_attn.q_norm.weight"]),
+            pos_blk,
+            theta,
+        )
+        k_blk = _rope(
+            _rms_norm(heads_of(h @ w[p + "self_attn.k_proj.weight"].T), w[p + "self_attn.k_norm.weight"]),
+            pos_blk,
+            theta,
+        )
+        k_ctx = _rope(
+            _rms_norm(heads_of(ctx @ w[p + "self_attn.k_proj.weight"].T), w[p + "self_attn.k_norm.weight"]),
+            pos_ctx,
+            theta,
+        )
+        v = torch.cat(
+            [heads_of(ctx @ w[p + "self_attn.v_proj.weight"].T), heads_of(h @ w[p + "self_attn.v_proj.weight"].T)]
+        )
         k = torch.cat([k_ctx, k_blk])
         group = heads // k.shape[1]
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
@@ -277,7 +295,10 @@ def sglang_models(sglang_tp1, tiny_dir):
     models = {}
     for key in ("target", "target_mm", "draft"):
         config = ModelConfig(str(tiny_dir[key]), dtype="float32", is_draft_model=key == "draft")
-        models[key] = (config, get_model(model_config=config, load_config=LoadConfig(), device_config=DeviceConfig("cpu")))
+        models[key] = (
+            config,
+            get_model(model_config=config, load_config=LoadConfig(), device_config=DeviceConfig("cpu")),
+        )
     return models
 
 
@@ -347,9 +368,8 @@ def test_sglang_draft_holds_the_checkpoint_weights(sglang_models, tiny_dir):
 
 
 def test_sglang_draft_modules_draft_the_whole_block(sglang_models, tiny_dir):
-    from transformers import AutoModelForCausalLM
-
     from sglang_gemma4_dflash_testkit import tiny_accept
+    from transformers import AutoModelForCausalLM
 
     _, draft = sglang_models["draft"]
     target = AutoModelForCausalLM.from_pretrained(tiny_dir["target"], dtype=torch.float32).eval()
@@ -375,12 +395,22 @@ def test_sglang_gemma4_processor_serves_text_prompts(sglang_tp1, tiny_dir):
 
     path = str(tiny_dir["target_mm"])
     # The published test args with the multimodal defaults a server start fills in.
-    server_args = ServerArgs(model_path="dummy", device="cpu", tp_size=1, attention_backend="torch_native", mm_process_config={})
+    server_args = ServerArgs(
+        model_path="dummy", device="cpu", tp_size=1, attention_backend="torch_native", mm_process_config={}
+    )
     sglang_tp1._publish_server_args(server_args)
     import_processors("sglang.srt.multimodal.processors")
-    processor = get_mm_processor(get_config(path, trust_remote_code=False), server_args, get_processor(path), "default", model_config=ModelConfig(path))
+    processor = get_mm_processor(
+        get_config(path, trust_remote_code=False),
+        server_args,
+        get_processor(path),
+        "default",
+        model_config=ModelConfig(path),
+    )
     assert type(processor).__name__ == "Gemma4SGLangProcessor"
-    out = asyncio.run(processor.process_mm_data_async(image_data=None, audio_data=None, input_text="hello world", request_obj=None))
+    out = asyncio.run(
+        processor.process_mm_data_async(image_data=None, audio_data=None, input_text="hello world", request_obj=None)
+    )
     assert out.input_ids == AutoTokenizer.from_pretrained(path)("hello world").input_ids
     assert out.mm_items == []
 
@@ -413,13 +443,14 @@ def test_bad_target_layer_id_is_named_by_the_plugin_and_sglang(sglang_tp1, tiny_
 def test_draft_hidden_size_mismatch_is_named_by_the_plugin(tiny_dir):
     target = _read(tiny_dir["target"] / "config.json")
     bad = _bad_draft(tiny_dir, hidden_size=TINY.hidden_size // 2)
-    with pytest.raises(ValueError, match=rf"hidden_size={TINY.hidden_size // 2}.*target's hidden_size is {TINY.hidden_size}"):
+    with pytest.raises(
+        ValueError, match=rf"hidden_size={TINY.hidden_size // 2}.*target's hidden_size is {TINY.hidden_size}"
+    ):
         validate_draft_against_target(target, bad)
 
 
 def test_mask_token_id_outside_the_vocab_is_named_by_the_plugin(sglang_tp1, tiny_dir):
     from sglang.srt.speculative.dflash_utils import parse_dflash_draft_config
-
     from transformers import AutoConfig
 
     target = AutoConfig.from_pretrained(tiny_dir["target_mm"])
@@ -471,10 +502,16 @@ print("RESULT " + json.dumps(out))
 
 def test_checkpoints_load_in_sglang_0_5_13(tiny_dir, sglang_0513):
     python, extra = sglang_0513
-    pythonpath = os.pathsep.join([p for p in (extra.get("PYTHONPATH"), str(REPO / "python"), str(REPO / "testkit")) if p])
+    pythonpath = os.pathsep.join(
+        [p for p in (extra.get("PYTHONPATH"), str(REPO / "python"), str(REPO / "testkit")) if p]
+    )
     env = dict(os.environ, PYTHONPATH=pythonpath)
     proc = subprocess.run(
-        [python, "-c", _LINE_CHECK, str(tiny_dir["target"].parent)], env=env, capture_output=True, text=True, timeout=600
+        [python, "-c", _LINE_CHECK, str(tiny_dir["target"].parent)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-4000:]
@@ -491,7 +528,10 @@ def test_checkpoints_load_in_sglang_0_5_13(tiny_dir, sglang_0513):
 def test_script_writes_the_same_checkpoints(tmp_path, tiny_dir):
     proc = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "make_tiny_checkpoints.py"), str(tmp_path / "cli")],
-        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "python"), str(REPO / "testkit")])),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "python"), str(REPO / "testkit")])),
     )
     assert proc.returncode == 0, proc.stderr
     assert tiny._digest_tree(tmp_path / "cli") == tiny._digest_tree(tiny_dir["target"].parent)

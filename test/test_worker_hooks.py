@@ -9,7 +9,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from sglang_gemma4_dflash.dflash import worker_hooks
 from sglang_gemma4_dflash_testkit.tiny import TINY, write_tiny_checkpoints
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from sglang_gemma4_dflash import compat
+from sglang_gemma4_dflash.compat import SGLangFeatures
 from sglang_gemma4_dflash.dflash import worker_hooks
 from sglang_gemma4_dflash.gemma4 import capture
-from sglang_gemma4_dflash.compat import SGLangFeatures
 
 ADD, AROUND = "add", "around"
 

@@ -91,8 +91,12 @@ DRAFT_31B = {
     "final_logit_softcapping": 30.0,
     "block_size": 16,
     "num_target_layers": 60,
-    "dflash_config": {"block_size": 16, "mask_token_id": 4, "target_layer_ids": [1, 12, 23, 35, 46, 57],
-                      "num_target_layers": 60},
+    "dflash_config": {
+        "block_size": 16,
+        "mask_token_id": 4,
+        "target_layer_ids": [1, 12, 23, 35, 46, 57],
+        "num_target_layers": 60,
+    },
     "dtype": "bfloat16",
 }
 
@@ -117,19 +121,45 @@ def write_configs(root: str) -> dict:
 
 
 def server_args(tokenizer_dir: str, max_bs: int, piecewise: bool) -> list[str]:
-    args = ["--load-format", "dummy", "--tokenizer-path", tokenizer_dir, "--attention-backend", "triton",
-            "--sampling-backend", "pytorch", "--dtype", "bfloat16", "--mem-fraction-static", "0.85",
-            "--context-length", "4096", "--max-running-requests", str(max_bs), "--cuda-graph-max-bs", str(max_bs),
-            # SGLang's warm-up sends an image to a multimodal target; the wrapper's tiny vision tower is not
-            # built for that (it crashed the first run) and decode never needs it: requests carry token ids.
-            "--skip-server-warmup"]
+    args = [
+        "--load-format",
+        "dummy",
+        "--tokenizer-path",
+        tokenizer_dir,
+        "--attention-backend",
+        "triton",
+        "--sampling-backend",
+        "pytorch",
+        "--dtype",
+        "bfloat16",
+        "--mem-fraction-static",
+        "0.85",
+        "--context-length",
+        "4096",
+        "--max-running-requests",
+        str(max_bs),
+        "--cuda-graph-max-bs",
+        str(max_bs),
+        # SGLang's warm-up sends an image to a multimodal target; the wrapper's tiny vision tower is not
+        # built for that (it crashed the first run) and decode never needs it: requests carry token ids.
+        "--skip-server-warmup",
+    ]
     return args if piecewise else args + ["--disable-piecewise-cuda-graph"]
 
 
 def dflash_args(draft: str, backend: str) -> list[str]:
-    return ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft,
-            "--speculative-draft-load-format", "dummy", "--speculative-num-draft-tokens", "16",
-            "--speculative-draft-attention-backend", backend]
+    return [
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-draft-model-path",
+        draft,
+        "--speculative-draft-load-format",
+        "dummy",
+        "--speculative-num-draft-tokens",
+        "16",
+        "--speculative-draft-attention-backend",
+        backend,
+    ]
 
 
 def timed_batch(base_url: str, batch: int, new_tokens: int) -> tuple[float, list[e2e.Generation]]:
@@ -150,14 +180,22 @@ def measure(base_url: str, batches: list[int], repeats: int = 2) -> dict:
         runs = [timed_batch(base_url, b, N_LONG) for _ in range(repeats)]
         t_long, outs = min(runs, key=lambda run: run[0])
         if t_long <= t_short:  # noise larger than the signal: report it rather than a meaningless rate
-            rows[str(b)] = {"t_short_s": round(t_short, 4), "t_long_s": round(t_long, 4), "per_seq_tokens_per_s": None,
-                            "error": "long run not slower than short run"}
+            rows[str(b)] = {
+                "t_short_s": round(t_short, 4),
+                "t_long_s": round(t_long, 4),
+                "per_seq_tokens_per_s": None,
+                "error": "long run not slower than short run",
+            }
             log(f"  batch {b}: unusable timing (short {t_short:.3f}s, long {t_long:.3f}s)")
             continue
         rate = (N_LONG - N_SHORT) / (t_long - t_short)
-        rows[str(b)] = {"t_short_s": round(t_short, 4), "t_long_s": round(t_long, 4),
-                        "per_seq_tokens_per_s": round(rate, 2), "total_tokens_per_s": round(rate * b, 2),
-                        "per_request_accept": [g.meta_info.get("spec_accept_length") for g in outs[:4]]}
+        rows[str(b)] = {
+            "t_short_s": round(t_short, 4),
+            "t_long_s": round(t_long, 4),
+            "per_seq_tokens_per_s": round(rate, 2),
+            "total_tokens_per_s": round(rate * b, 2),
+            "per_request_accept": [g.meta_info.get("spec_accept_length") for g in outs[:4]],
+        }
         log(f"  batch {b}: {rate:.1f} tok/s per sequence, {rate * b:.1f} tok/s total")
     return rows
 
@@ -173,9 +211,12 @@ def project(report: dict, batches: list[int]) -> dict:
             projection[b] = {"error": "no usable rate for this batch size"}
             continue
         t_step = a_meas / r_dflash
-        projection[b] = {"t_plain_token_ms": round(1000 / r_plain, 3), "t_dflash_step_ms": round(1000 * t_step, 3),
-                         "measured_accept_length": a_meas,
-                         **{f"speedup_at_{L}": round((L / t_step) / r_plain, 3) for L in ACCEPT_LENGTHS}}
+        projection[b] = {
+            "t_plain_token_ms": round(1000 / r_plain, 3),
+            "t_dflash_step_ms": round(1000 * t_step, 3),
+            "measured_accept_length": a_meas,
+            **{f"speedup_at_{L}": round((L / t_step) / r_plain, 3) for L in ACCEPT_LENGTHS},
+        }
     return projection
 
 
@@ -186,8 +227,12 @@ def main() -> None:
     parser.add_argument("--batches", default="1,4,16")
     parser.add_argument("--draft-attention-backend", default="triton")
     parser.add_argument("--piecewise", action="store_true", help="leave piecewise CUDA graphs on (slower start)")
-    parser.add_argument("--combine", nargs=2, metavar=("PLAIN_JSON", "DFLASH_JSON"),
-                        help="no GPU work: merge the outputs of a --modes plain and a --modes dflash run, project")
+    parser.add_argument(
+        "--combine",
+        nargs=2,
+        metavar=("PLAIN_JSON", "DFLASH_JSON"),
+        help="no GPU work: merge the outputs of a --modes plain and a --modes dflash run, project",
+    )
     parser.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "bench-31b-dummy"))
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
@@ -205,14 +250,22 @@ def main() -> None:
     tiny = {k: str(v) for k, v in write_tiny_checkpoints(os.path.join(args.work_dir, "tiny")).items()}
     log_dir = os.path.join(os.path.dirname(os.path.abspath(args.out)), "server_logs")
     os.makedirs(log_dir, exist_ok=True)
-    report: dict = {"what": "Gemma-4-31B-shaped target + 31B DFlash draft shape, dummy weights",
-                    "versions": {}, "batches": batches, "n_short": N_SHORT, "n_long": N_LONG,
-                    "prompt_len": PROMPT_LEN, "piecewise_cuda_graph": args.piecewise,
-                    "draft_attention_backend": args.draft_attention_backend, "target_text_config": TEXT_31B,
-                    "draft_config": DRAFT_31B,
-                    "formula": "t_step = a_meas / r_dflash; speedup(L) = (L / t_step) / r_plain"}
+    report: dict = {
+        "what": "Gemma-4-31B-shaped target + 31B DFlash draft shape, dummy weights",
+        "versions": {},
+        "batches": batches,
+        "n_short": N_SHORT,
+        "n_long": N_LONG,
+        "prompt_len": PROMPT_LEN,
+        "piecewise_cuda_graph": args.piecewise,
+        "draft_attention_backend": args.draft_attention_backend,
+        "target_text_config": TEXT_31B,
+        "draft_config": DRAFT_31B,
+        "formula": "t_step = a_meas / r_dflash; speedup(L) = (L / t_step) / r_plain",
+    }
     try:
         import importlib.metadata as md
+
         report["versions"] = {n: md.version(n) for n in ("torch", "sglang", "transformers", "sglang-gemma4-dflash")}
     except Exception as exc:
         report["versions"] = {"error": str(exc)}
@@ -228,8 +281,12 @@ def main() -> None:
         log(f"{mode}: starting server")
         started = time.time()
         try:
-            with e2e.Server(paths["target"], server_args(tiny["target_mm"], max_bs, args.piecewise) + extra,
-                            ready_timeout=480, log_path=os.path.join(log_dir, f"bench31b-{mode}.log")) as server:
+            with e2e.Server(
+                paths["target"],
+                server_args(tiny["target_mm"], max_bs, args.piecewise) + extra,
+                ready_timeout=480,
+                log_path=os.path.join(log_dir, f"bench31b-{mode}.log"),
+            ) as server:
                 report[mode] = {"ready_s": round(time.time() - started, 1)}
                 log(f"{mode}: ready in {report[mode]['ready_s']}s")
                 report[mode]["rows"] = measure(server.base_url, batches)

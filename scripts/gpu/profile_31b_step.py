@@ -43,7 +43,6 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_31b_dummy as bench  # noqa: E402  (configs and server flags shared with the throughput bench)
-
 from sglang_gemma4_dflash_testkit import e2e  # noqa: E402
 from sglang_gemma4_dflash_testkit.tiny import TINY, write_tiny_checkpoints  # noqa: E402
 

@@ -28,8 +28,9 @@ def _prompt_ids(target_dir, lengths=(11, 40, 23)) -> list[torch.Tensor]:
 
 def capture_check(target_dir, draft_dir) -> dict:
     """SGLang's Gemma4ForCausalLM on CPU with the draft's capture ids, against transformers."""
-    from sglang_gemma4_dflash_testkit import sglang_cpu
     from sglang_gemma4_dflash.gemma4.capture import set_dflash_layers_to_capture
+
+    from sglang_gemma4_dflash_testkit import sglang_cpu
 
     hf_model, sgl_model = sglang_cpu.load_pair(target_dir)
     layer_ids = _draft_layer_ids(draft_dir)
@@ -44,13 +45,18 @@ def capture_check(target_dir, draft_dir) -> dict:
     for row, prompt in enumerate(prompts):
         ref_logits, ref_hidden = sglang_cpu.reference(hf_model, prompt)
         for k, layer_id in enumerate(layer_ids):
-            got = aux_rows[row][:, k * hidden:(k + 1) * hidden].float()
+            got = aux_rows[row][:, k * hidden : (k + 1) * hidden].float()
             aux_diff[layer_id] = max(aux_diff[layer_id], (got - ref_hidden[layer_id + 1]).abs().max().item())
         logits_diff = max(logits_diff, (out.next_token_logits[row].float() - ref_logits[-1]).abs().max().item())
     ok = max(aux_diff.values()) <= CAPTURE_TOLERANCE and logits_diff <= CAPTURE_TOLERANCE
-    return {"ok": ok, "layer_ids": layer_ids, "aux_max_abs_diff": aux_diff,
-            "logits_max_abs_diff": logits_diff, "tolerance": CAPTURE_TOLERANCE,
-            "prompt_lengths": [int(p.numel()) for p in prompts]}
+    return {
+        "ok": ok,
+        "layer_ids": layer_ids,
+        "aux_max_abs_diff": aux_diff,
+        "logits_max_abs_diff": logits_diff,
+        "tolerance": CAPTURE_TOLERANCE,
+        "prompt_lengths": [int(p.numel()) for p in prompts],
+    }
 
 
 def head_check(target_dir, world_sizes=(1, 2)) -> dict:
@@ -59,16 +65,17 @@ def head_check(target_dir, world_sizes=(1, 2)) -> dict:
     Hidden states are the target's real final hidden states on a few prompts plus random ones;
     at world size t > 1 the head is split over t real gloo processes, as at TP = t.
     """
-    from sglang_gemma4_dflash_testkit import multiproc
     from sglang_gemma4_dflash.head.greedy import greedy_token_ids
-
     from transformers import AutoModelForCausalLM
+
+    from sglang_gemma4_dflash_testkit import multiproc
 
     model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.bfloat16).eval()
     weight = model.get_input_embeddings().weight.detach()
     with torch.no_grad():
-        states = [model(input_ids=p[None], output_hidden_states=True).hidden_states[-1][0]
-                  for p in _prompt_ids(target_dir)]
+        states = [
+            model(input_ids=p[None], output_hidden_states=True).hidden_states[-1][0] for p in _prompt_ids(target_dir)
+        ]
     gen = torch.Generator().manual_seed(3)
     cases = {
         "target final hidden states": torch.cat(states),
@@ -84,8 +91,9 @@ def head_check(target_dir, world_sizes=(1, 2)) -> dict:
                 got = [torch.tensor(ids) for ids in multiproc.run_ranks(t, _rank_head, hs, weight)]
             mismatches = max(int((g != want).sum()) for g in got)
             agree = all(torch.equal(g, got[0]) for g in got)
-            rows.append({"case": f"{case}, tp={t}", "tokens": int(hs.shape[0]), "mismatches": mismatches,
-                         "ranks_agree": agree})
+            rows.append(
+                {"case": f"{case}, tp={t}", "tokens": int(hs.shape[0]), "mismatches": mismatches, "ranks_agree": agree}
+            )
     ok = all(r["mismatches"] == 0 and r["ranks_agree"] for r in rows)
     return {"ok": ok, "vocab": int(weight.shape[0]), "hidden": int(weight.shape[1]), "cases": rows}
 
@@ -112,11 +120,23 @@ def serve_cpu_vs_transformers(target_dir, prompts: list[str], max_new_tokens: in
     for prompt_ids in ids:
         with torch.no_grad():
             out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False)
-        expected.append(out[0, len(prompt_ids):].tolist())
+        expected.append(out[0, len(prompt_ids) :].tolist())
 
-    args = ["--device", "cpu", "--attention-backend", "intel_amx", "--sampling-backend", "pytorch",
-            "--dtype", "bfloat16", "--max-total-tokens", "4096", "--max-running-requests", "4",
-            "--disable-cuda-graph"]
+    args = [
+        "--device",
+        "cpu",
+        "--attention-backend",
+        "intel_amx",
+        "--sampling-backend",
+        "pytorch",
+        "--dtype",
+        "bfloat16",
+        "--max-total-tokens",
+        "4096",
+        "--max-running-requests",
+        "4",
+        "--disable-cuda-graph",
+    ]
     with e2e.Server(str(target_dir), args, launcher="sglang_gemma4_dflash_testkit.cpu_server") as server:
         got = e2e.generate_many(server.base_url, ids, max_new_tokens, concurrency=2)
     verdicts = e2e.compare_outputs(expected, got)
@@ -137,11 +157,30 @@ def serve_dflash_vs_plain(target_dir, draft_dir, prompts: list[str], max_new_tok
 
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     ids = [tokenizer(p)["input_ids"] for p in prompts]
-    common = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--dtype", "bfloat16",
-              "--mem-fraction-static", "0.3", "--max-running-requests", "4", "--cuda-graph-max-bs", "4"]
-    dflash = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", str(draft_dir),
-              "--speculative-num-draft-tokens", str(TINY.block_size),
-              "--speculative-draft-attention-backend", "triton"]
+    common = [
+        "--attention-backend",
+        "triton",
+        "--sampling-backend",
+        "pytorch",
+        "--dtype",
+        "bfloat16",
+        "--mem-fraction-static",
+        "0.3",
+        "--max-running-requests",
+        "4",
+        "--cuda-graph-max-bs",
+        "4",
+    ]
+    dflash = [
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-draft-model-path",
+        str(draft_dir),
+        "--speculative-num-draft-tokens",
+        str(TINY.block_size),
+        "--speculative-draft-attention-backend",
+        "triton",
+    ]
     with e2e.Server(str(target_dir), common) as server:
         plain = e2e.generate_many(server.base_url, ids, max_new_tokens, concurrency=2)
     with e2e.Server(str(target_dir), common + dflash) as server:

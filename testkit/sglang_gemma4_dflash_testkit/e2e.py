@@ -56,18 +56,29 @@ class Generation:
     meta_info: dict
 
 
-def generate(base_url: str, prompt: str | Sequence[int], max_new_tokens: int, timeout: float = 300.0,
-             ignore_eos: bool = False) -> Generation:
+def generate(
+    base_url: str, prompt: str | Sequence[int], max_new_tokens: int, timeout: float = 300.0, ignore_eos: bool = False
+) -> Generation:
     """Greedy generation through the native `/generate` (text prompt, or a list of input token ids).
     ignore_eos=True keeps going past end-of-sequence tokens, so every output has max_new_tokens tokens."""
     sampling = {"temperature": 0.0, "ignore_eos": True} if ignore_eos else {"temperature": 0.0}
     out = _generate(base_url, prompt, max_new_tokens, timeout, sampling=sampling)
-    return Generation(prompt=prompt, output_ids=[int(t) for t in out["output_ids"]], text=out.get("text") or "",
-                      meta_info=out.get("meta_info") or {})
+    return Generation(
+        prompt=prompt,
+        output_ids=[int(t) for t in out["output_ids"]],
+        text=out.get("text") or "",
+        meta_info=out.get("meta_info") or {},
+    )
 
 
-def generate_many(base_url: str, prompts: Sequence, max_new_tokens: int, concurrency: int = 1,
-                  timeout: float = 300.0, ignore_eos: bool = False) -> list[Generation]:
+def generate_many(
+    base_url: str,
+    prompts: Sequence,
+    max_new_tokens: int,
+    concurrency: int = 1,
+    timeout: float = 300.0,
+    ignore_eos: bool = False,
+) -> list[Generation]:
     """`generate` for each prompt; with concurrency > 1 the requests are in flight together (threads).
     Results keep the order of `prompts`."""
     if concurrency <= 1:
@@ -77,14 +88,21 @@ def generate_many(base_url: str, prompts: Sequence, max_new_tokens: int, concurr
         return [f.result() for f in futures]
 
 
-def greedy_suite(base_url: str, prompts: Sequence, max_new_tokens: int, concurrent: int = 0,
-                 timeout: float = 300.0, ignore_eos: bool = False) -> list[Generation]:
+def greedy_suite(
+    base_url: str,
+    prompts: Sequence,
+    max_new_tokens: int,
+    concurrent: int = 0,
+    timeout: float = 300.0,
+    ignore_eos: bool = False,
+) -> list[Generation]:
     """The first len(prompts) - concurrent prompts one at a time, then the last `concurrent` ones all in flight
     together (batched decode). Results keep the order of `prompts`."""
     split = len(prompts) - concurrent
     one_by_one = generate_many(base_url, prompts[:split], max_new_tokens, 1, timeout, ignore_eos)
-    together = (generate_many(base_url, prompts[split:], max_new_tokens, concurrent, timeout, ignore_eos)
-                if concurrent else [])
+    together = (
+        generate_many(base_url, prompts[split:], max_new_tokens, concurrent, timeout, ignore_eos) if concurrent else []
+    )
     return one_by_one + together
 
 
@@ -98,16 +116,20 @@ def token_prompts(vocab_size: int, lengths: Sequence[int], seed: int = 0, low: i
 
 def complete(base_url: str, model: str, prompt: str, max_tokens: int, timeout: float = 300.0) -> dict:
     """Greedy completion through the OpenAI-compatible `/v1/completions`; returns the JSON answer."""
-    return http_json(base_url + "/v1/completions",
-                     {"model": model, "prompt": prompt, "max_tokens": int(max_tokens), "temperature": 0.0},
-                     timeout=timeout)
+    return http_json(
+        base_url + "/v1/completions",
+        {"model": model, "prompt": prompt, "max_tokens": int(max_tokens), "temperature": 0.0},
+        timeout=timeout,
+    )
 
 
 def chat(base_url: str, model: str, messages: list, max_tokens: int, timeout: float = 300.0) -> dict:
     """Greedy chat completion through `/v1/chat/completions` (messages may carry image_url parts)."""
-    return http_json(base_url + "/v1/chat/completions",
-                     {"model": model, "messages": messages, "max_tokens": int(max_tokens), "temperature": 0.0},
-                     timeout=timeout)
+    return http_json(
+        base_url + "/v1/chat/completions",
+        {"model": model, "messages": messages, "max_tokens": int(max_tokens), "temperature": 0.0},
+        timeout=timeout,
+    )
 
 
 def square_png(size: int = 64, square: int = 32, color=(220, 20, 20), background=(255, 255, 255)) -> bytes:
@@ -119,7 +141,8 @@ def square_png(size: int = 64, square: int = 32, color=(220, 20, 20), background
     lo, hi = (size - square) // 2, (size - square) // 2 + square
     rows = b"".join(
         b"\x00" + b"".join(bytes(color if lo <= x < hi and lo <= y < hi else background) for x in range(size))
-        for y in range(size))
+        for y in range(size)
+    )
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
@@ -133,8 +156,10 @@ def image_message(text: str, png: bytes) -> dict:
     import base64
 
     url = "data:image/png;base64," + base64.b64encode(png).decode()
-    return {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
-                                        {"type": "text", "text": text}]}
+    return {
+        "role": "user",
+        "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": text}],
+    }
 
 
 # ------------------------------------------------------------------------------------- can this machine run it?
@@ -200,8 +225,11 @@ def skip_reason(min_gpus: int, models: dict[str, str]) -> Optional[str]:
         return f"needs {min_gpus} CUDA GPU(s), found {gpus}"
     missing = [f"{name}={path}" for name, path in models.items() if local_weights(path) is None]
     if missing:
-        return ("weights not found locally (hub cache or directory; nothing is downloaded to check): "
-                + ", ".join(missing) + " -- set these env vars to local checkpoint directories or pre-download")
+        return (
+            "weights not found locally (hub cache or directory; nothing is downloaded to check): "
+            + ", ".join(missing)
+            + " -- set these env vars to local checkpoint directories or pre-download"
+        )
     return None
 
 
@@ -239,22 +267,34 @@ def compare_outputs(plain: Sequence, spec: Sequence) -> list[Verdict]:
 # ------------------------------------------------------------------------------------------- registered tests
 
 
-def dflash_server_args(draft_path: str, *, num_draft_tokens: int, draft_attention_backend: str, tp_size: int,
-                       max_running_requests: int) -> list[str]:
+def dflash_server_args(
+    draft_path: str, *, num_draft_tokens: int, draft_attention_backend: str, tp_size: int, max_running_requests: int
+) -> list[str]:
     """The server flags the registered large-model tests launch with (target attention: triton, for Gemma 4's
     512-wide global heads)."""
     return [
-        "--speculative-algorithm", "DFLASH",
-        "--speculative-draft-model-path", draft_path,
-        "--speculative-num-draft-tokens", str(num_draft_tokens),
-        "--speculative-draft-attention-backend", draft_attention_backend,
-        "--tp-size", str(tp_size),
-        "--attention-backend", "triton",
-        "--dtype", "bfloat16",
-        "--mem-fraction-static", "0.6",
-        "--context-length", "4096",
-        "--max-running-requests", str(max_running_requests),
-        "--cuda-graph-max-bs", str(max_running_requests),
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-draft-model-path",
+        draft_path,
+        "--speculative-num-draft-tokens",
+        str(num_draft_tokens),
+        "--speculative-draft-attention-backend",
+        draft_attention_backend,
+        "--tp-size",
+        str(tp_size),
+        "--attention-backend",
+        "triton",
+        "--dtype",
+        "bfloat16",
+        "--mem-fraction-static",
+        "0.6",
+        "--context-length",
+        "4096",
+        "--max-running-requests",
+        str(max_running_requests),
+        "--cuda-graph-max-bs",
+        str(max_running_requests),
     ]
 
 
@@ -269,15 +309,28 @@ def gsm8k_under_dflash(target: str, server_args: list[str], questions: int):
     from sglang.test.test_utils import DEFAULT_TIMEOUT_FOR_SERVER_LAUNCH, DEFAULT_URL_FOR_TEST, popen_launch_server
 
     base_url = DEFAULT_URL_FOR_TEST
-    process = popen_launch_server(target, base_url, timeout=3 * DEFAULT_TIMEOUT_FOR_SERVER_LAUNCH,
-                                  other_args=server_args, env={"HF_HUB_OFFLINE": "1"})
+    process = popen_launch_server(
+        target,
+        base_url,
+        timeout=3 * DEFAULT_TIMEOUT_FOR_SERVER_LAUNCH,
+        other_args=server_args,
+        env={"HF_HUB_OFFLINE": "1"},
+    )
     try:
         started = spec_summary(server_info(base_url))
-        metrics = run_eval(SimpleNamespace(
-            base_url=base_url, model=target, eval_name="gsm8k", api="completion", max_tokens=512,
-            num_examples=questions, num_threads=64, num_shots=5,
-            gsm8k_data_path=os.environ.get("GSM8K_DATA_PATH"),
-        ))
+        metrics = run_eval(
+            SimpleNamespace(
+                base_url=base_url,
+                model=target,
+                eval_name="gsm8k",
+                api="completion",
+                max_tokens=512,
+                num_examples=questions,
+                num_threads=64,
+                num_shots=5,
+                gsm8k_data_path=os.environ.get("GSM8K_DATA_PATH"),
+            )
+        )
         finished = spec_summary(server_info(base_url))
     finally:
         kill_process_tree(process.pid)

@@ -50,7 +50,10 @@ def run_ranks(world_size: int, fn, *args, timeout: float = TIMEOUT_S, server_arg
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = sglang_cpu.free_port()
-    procs = [ctx.Process(target=_child, args=(r, world_size, port, dict(server_args or {}), fn, args, results)) for r in range(world_size)]
+    procs = [
+        ctx.Process(target=_child, args=(r, world_size, port, dict(server_args or {}), fn, args, results))
+        for r in range(world_size)
+    ]
     for p in procs:
         p.start()
     out, failures = {}, []

@@ -65,7 +65,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_sglang_groups(rank: int = 0, world_size: int = 1, port: int | None = None, extra_args: dict | None = None) -> None:
+def init_sglang_groups(
+    rank: int = 0, world_size: int = 1, port: int | None = None, extra_args: dict | None = None
+) -> None:
     """SGLang's server args published, then its distributed and model-parallel state over gloo: rank ``rank``
     of ``world_size`` (TP = world_size), rendezvous on 127.0.0.1:``port``. Once per process."""
     from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel, parallel_state

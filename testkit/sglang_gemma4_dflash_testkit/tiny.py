@@ -523,7 +523,9 @@ class MarginReport:
 DEFAULT_PROMPTS = ("hello world", "The quick brown fox", "def main():", "0 1 2 3")
 
 
-def margin_report(model_dir, prompts=DEFAULT_PROMPTS, *, max_new_tokens: int = 48, dtype: str = "bfloat16", seed: int = 0):
+def margin_report(
+    model_dir, prompts=DEFAULT_PROMPTS, *, max_new_tokens: int = 48, dtype: str = "bfloat16", seed: int = 0
+):
     """Greedy-decode ``prompts`` with transformers and record the top-1/top-2 logit margin per step.
 
     Works for ``target/`` and ``target_mm/``. Decodes incrementally with transformers' KV cache,

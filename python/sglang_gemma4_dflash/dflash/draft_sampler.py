@@ -21,7 +21,6 @@ from __future__ import annotations
 import torch
 
 from sglang_gemma4_dflash import compat
-
 from sglang_gemma4_dflash.head.greedy import (
     DEFAULT_LOGITS_BUDGET_BYTES,
     dense_weight,

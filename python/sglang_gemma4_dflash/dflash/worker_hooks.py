@@ -12,8 +12,8 @@ import logging
 
 from sglang_gemma4_dflash import compat
 from sglang_gemma4_dflash.dflash.draft_sampler import SplitHeadDraftSampler
-from sglang_gemma4_dflash.head.greedy import greedy_token_ids, is_dense_head
 from sglang_gemma4_dflash.gemma4.validate import validate_draft_against_target
+from sglang_gemma4_dflash.head.greedy import greedy_token_ids, is_dense_head
 
 logger = logging.getLogger(__name__)
 

@@ -35,12 +35,18 @@ ACCEPT_FLOOR = 0.75  # x block size; the planted pair accepts the whole block (C
 CONCURRENT = 8
 MAX_NEW_TOKENS = 40
 COMMON_ARGS = [
-    "--attention-backend", "triton",
-    "--sampling-backend", "pytorch",
-    "--dtype", "bfloat16",
-    "--mem-fraction-static", "0.3",
-    "--max-running-requests", str(CONCURRENT),
-    "--cuda-graph-max-bs", str(CONCURRENT),
+    "--attention-backend",
+    "triton",
+    "--sampling-backend",
+    "pytorch",
+    "--dtype",
+    "bfloat16",
+    "--mem-fraction-static",
+    "0.3",
+    "--max-running-requests",
+    str(CONCURRENT),
+    "--cuda-graph-max-bs",
+    str(CONCURRENT),
 ]
 
 SKIP_REASON = None if e2e.cuda_device_count() >= 1 else "needs a CUDA GPU, found none"
@@ -58,10 +64,14 @@ def draft_block_size(draft_dir: str) -> int:
 
 def dflash_args(draft_dir: str, block_size: int) -> list[str]:
     return [
-        "--speculative-algorithm", "DFLASH",
-        "--speculative-draft-model-path", draft_dir,
-        "--speculative-num-draft-tokens", str(block_size),
-        "--speculative-draft-attention-backend", "triton",
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-draft-model-path",
+        draft_dir,
+        "--speculative-num-draft-tokens",
+        str(block_size),
+        "--speculative-draft-attention-backend",
+        "triton",
     ]
 
 
@@ -80,8 +90,9 @@ class TestGemma4DFlashTiny(unittest.TestCase):
             paths = write_tiny_checkpoints(root)
             target, draft = paths["target"], paths["draft"]
             block = draft_block_size(draft)
-            prompts = e2e.token_prompts(TINY.vocab_size, prompt_lengths(TINY.sliding_window), seed=11,
-                                        low=TINY.num_special_tokens)
+            prompts = e2e.token_prompts(
+                TINY.vocab_size, prompt_lengths(TINY.sliding_window), seed=11, low=TINY.num_special_tokens
+            )
             self.assertTrue(any(len(p) > TINY.sliding_window for p in prompts))
 
             with e2e.Server(target, COMMON_ARGS, ready_timeout=600) as server:
