@@ -31,6 +31,7 @@ import os
 import tempfile
 import time
 
+from sglang_gemma4_dflash.bench import report as report_
 from sglang_gemma4_dflash_testkit import e2e
 from sglang_gemma4_dflash_testkit.tiny import TINY, mm_config, write_tiny_checkpoints
 
@@ -121,45 +122,15 @@ def write_configs(root: str) -> dict:
 
 
 def server_args(tokenizer_dir: str, max_bs: int, piecewise: bool) -> list[str]:
-    args = [
-        "--load-format",
-        "dummy",
-        "--tokenizer-path",
-        tokenizer_dir,
-        "--attention-backend",
-        "triton",
-        "--sampling-backend",
-        "pytorch",
-        "--dtype",
-        "bfloat16",
-        "--mem-fraction-static",
-        "0.85",
-        "--context-length",
-        "4096",
-        "--max-running-requests",
-        str(max_bs),
-        "--cuda-graph-max-bs",
-        str(max_bs),
-        # SGLang's warm-up sends an image to a multimodal target; the wrapper's tiny vision tower is not
-        # built for that (it crashed the first run) and decode never needs it: requests carry token ids.
-        "--skip-server-warmup",
-    ]
-    return args if piecewise else args + ["--disable-piecewise-cuda-graph"]
+    # SGLang's warm-up sends an image to a multimodal target; the wrapper's tiny vision tower is not built for
+    # that (it crashed the first run) and decode never needs it: requests carry token ids.
+    args = ["--load-format", "dummy", "--tokenizer-path", tokenizer_dir, "--context-length", "4096"]
+    args += ["--skip-server-warmup"]
+    return args + e2e.gpu_server_args(max_bs, mem_fraction=0.85, piecewise=piecewise)
 
 
 def dflash_args(draft: str, backend: str) -> list[str]:
-    return [
-        "--speculative-algorithm",
-        "DFLASH",
-        "--speculative-draft-model-path",
-        draft,
-        "--speculative-draft-load-format",
-        "dummy",
-        "--speculative-num-draft-tokens",
-        "16",
-        "--speculative-draft-attention-backend",
-        backend,
-    ]
+    return e2e.dflash_args(draft, 16, backend) + ["--speculative-draft-load-format", "dummy"]
 
 
 def timed_batch(base_url: str, batch: int, new_tokens: int) -> tuple[float, list[e2e.Generation]]:
@@ -252,7 +223,6 @@ def main() -> None:
     os.makedirs(log_dir, exist_ok=True)
     report: dict = {
         "what": "Gemma-4-31B-shaped target + 31B DFlash draft shape, dummy weights",
-        "versions": {},
         "batches": batches,
         "n_short": N_SHORT,
         "n_long": N_LONG,
@@ -263,12 +233,7 @@ def main() -> None:
         "draft_config": DRAFT_31B,
         "formula": "t_step = a_meas / r_dflash; speedup(L) = (L / t_step) / r_plain",
     }
-    try:
-        import importlib.metadata as md
-
-        report["versions"] = {n: md.version(n) for n in ("torch", "sglang", "transformers", "sglang-gemma4-dflash")}
-    except Exception as exc:
-        report["versions"] = {"error": str(exc)}
+    report["versions"], report["hardware"] = report_.versions(), report_.hardware()
 
     def save() -> None:
         with open(args.out, "w") as f:

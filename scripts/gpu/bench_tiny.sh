@@ -9,9 +9,9 @@
 #   bench_tiny_stdout.txt              the command's table and parity line
 # Run from the repository root, SGLang on the path:
 #   source scripts/gpu/setup_site.sh && OUT=$OUT bash scripts/gpu/bench_tiny.sh
-# The tiny target greedily walks a planted successor cycle and its draft gets exactly the first drafted token
-# right: accept length close to 2 (the H200 run of run_tiny_e2e.py measured 1.95) and parity 8/8 are expected;
-# the speedup on a model this small says little about a real one (docs/bench.md).
+# The tiny pair drafts (docs/tiny_checkpoints.md): with the plugin's capture and head right the accept length is
+# expected near the block size (8; CPU prediction 8.00) and parity 8/8; the speedup on a model this small says little
+# about a real one (docs/bench.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:?set OUT to the folder for the results}

@@ -21,16 +21,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TESTKIT = os.path.join(ROOT, "testkit")
 sys.path.insert(0, TESTKIT)
 
+from sglang_gemma4_dflash.bench import report as report_
 from sglang_gemma4_dflash_testkit import breakage, e2e
 from sglang_gemma4_dflash_testkit.tiny import TINY, mode_of, planted_continuation, write_tiny_checkpoints
 
@@ -42,36 +43,6 @@ VARIANTS = ("plain", "correct", "capture_shift", "wrong_ids")
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def versions() -> dict:
-    import importlib.metadata as md
-
-    out = {"python": platform.python_version()}
-    for name in ("torch", "triton", "sglang", "sglang-kernel", "transformers", "sglang-gemma4-dflash"):
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def gpus() -> list:
-    import subprocess
-
-    try:
-        return (
-            subprocess.run(
-                ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )
-            .stdout.strip()
-            .splitlines()
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return [f"nvidia-smi failed: {exc}"]
 
 
 def prompts() -> list[list[int]]:
@@ -91,33 +62,10 @@ def prompts() -> list[list[int]]:
 
 
 def server_args(draft: str | None) -> list[str]:
-    args = [
-        "--attention-backend",
-        "triton",
-        "--sampling-backend",
-        "pytorch",
-        "--dtype",
-        "bfloat16",
-        "--mem-fraction-static",
-        "0.3",
-        "--max-running-requests",
-        str(CONCURRENT),
-        "--cuda-graph-max-bs",
-        str(CONCURRENT),
-        "--disable-piecewise-cuda-graph",
-    ]
-    if draft:
-        args += [
-            "--speculative-algorithm",
-            "DFLASH",
-            "--speculative-draft-model-path",
-            draft,
-            "--speculative-num-draft-tokens",
-            str(TINY.block_size),
-            "--speculative-draft-attention-backend",
-            "triton",
-        ]
-    return args
+    # servers run side by side: SGLang sizes its KV pool as (free) - (1 - fraction) * (card), so the fraction must
+    # exceed the share the others hold; --max-total-tokens keeps each pool small
+    args = e2e.gpu_server_args(CONCURRENT, mem_fraction=0.6, piecewise=False) + ["--max-total-tokens", "8192"]
+    return args + (e2e.dflash_args(draft, TINY.block_size) if draft else [])
 
 
 def mean(xs):
@@ -125,7 +73,7 @@ def mean(xs):
     return round(sum(xs) / len(xs), 3) if xs else None
 
 
-def serve(target: str, draft: str | None, kind: str | None, break_dir: str, log_dir: str) -> dict:
+def serve(target: str, draft: str | None, kind: str | None, break_dir: str, log_dir: str, port: int) -> dict:
     env = None
     if kind:
         path = os.pathsep.join([break_dir, TESTKIT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
@@ -133,7 +81,8 @@ def serve(target: str, draft: str | None, kind: str | None, break_dir: str, log_
     label = kind or ("dflash" if draft else "plain")
     log_path = os.path.join(log_dir, f"{label}.log")
     started = time.time()
-    with e2e.Server(target, server_args(draft), env=env, ready_timeout=420, log_path=log_path) as server:
+    server = e2e.Server(target, server_args(draft), env=env, port=port, ready_timeout=420, log_path=log_path)
+    with server:
         ready_s = time.time() - started
         log(f"{label}: ready in {ready_s:.0f}s")
         outs = e2e.greedy_suite(server.base_url, prompts(), MAX_NEW_TOKENS, CONCURRENT, ignore_eos=True)
@@ -169,8 +118,8 @@ def main() -> None:
     paths = {k: str(v) for k, v in write_tiny_checkpoints(args.tiny_dir).items()}
     expected = [planted_continuation(p, MAX_NEW_TOKENS) for p in prompts()]
     report = {
-        "versions": versions(),
-        "gpus": gpus(),
+        "versions": report_.versions(),
+        "hardware": report_.hardware(),
         "block_size": TINY.block_size,
         "max_new_tokens": MAX_NEW_TOKENS,
         "concurrent": CONCURRENT,
@@ -183,25 +132,33 @@ def main() -> None:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=1)
 
-    log(f"versions {report['versions']} gpus {report['gpus']}")
+    log(f"versions {report['versions']} hardware {report['hardware']}")
     save()
-    for variant in variants:
+
+    def run(i: int, variant: str) -> dict:
         started = time.time()
+        time.sleep(20 * i)  # staggered starts: the CUDA-graph captures do not all contend at once
         try:
             draft = None if variant == "plain" else paths["draft"]
             kind = variant if variant in breakage.KINDS else None
-            result = serve(paths["target"], draft, kind, break_dir, log_dir)
+            result = serve(paths["target"], draft, kind, break_dir, log_dir, e2e.spaced_port(i))
             result["follows_plant"] = all(o == x for o, x in zip(result["outputs"], expected))
-            plain = report["variants"].get("plain")
-            if variant != "plain" and plain and "outputs" in plain:
-                verdicts = e2e.compare_outputs(plain["outputs"], result["outputs"])
-                result["identical_to_plain"] = all(v.identical for v in verdicts)
-                result["not_identical"] = [i for i, v in enumerate(verdicts) if not v.identical]
         except Exception:
             result = {"error": traceback.format_exc()[-8000:]}
         result["seconds"] = round(time.time() - started, 1)
-        report["variants"][variant] = result
-        save()
+        return result
+
+    with ThreadPoolExecutor(len(variants)) as pool:  # every variant's server side by side on the one GPU
+        futures = {v: pool.submit(run, i, v) for i, v in enumerate(variants)}
+        for variant, future in futures.items():
+            report["variants"][variant] = future.result()
+            save()
+    plain = report["variants"].get("plain", {})
+    for variant, result in report["variants"].items():
+        if variant != "plain" and "outputs" in plain and "outputs" in result:
+            verdicts = e2e.compare_outputs(plain["outputs"], result["outputs"])
+            result["identical_to_plain"] = all(v.identical for v in verdicts)
+            result["not_identical"] = [i for i, v in enumerate(verdicts) if not v.identical]
         keys = (
             "accept_batch1",
             "accept_concurrent",
@@ -213,6 +170,7 @@ def main() -> None:
             "error",
         )
         log(f"{variant}: {json.dumps({k: result.get(k) for k in keys})[:800]}")
+    save()
     log(f"wrote {args.out}")
 
 

@@ -26,16 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
-import socket
-import subprocess
 import tempfile
 import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
+from sglang_gemma4_dflash.bench import report as report_
 from sglang_gemma4_dflash_testkit import e2e
 from sglang_gemma4_dflash_testkit.tiny import TINY, planted_continuation, write_tiny_checkpoints
 
@@ -43,7 +41,6 @@ NUM_PROMPTS = 18
 CONCURRENT = 8
 MAX_NEW_TOKENS = 40
 FIRST_WAVE = 2
-PORT_BASE, PORT_STEP = 21000, 1500  # SGLang derives further ports from the server port: keep servers far apart
 # SGLang sizes its KV pool as (free memory) - (1 - fraction) * (card memory), so servers side by side need a
 # fraction above the share the others hold; --max-total-tokens keeps each pool small.
 MEM_FRACTION = 0.6
@@ -71,82 +68,23 @@ def log(msg: str) -> None:
 def versions() -> dict:
     import importlib.metadata as md
 
-    out = {"python": platform.python_version()}
-    for name in (
-        "torch",
-        "triton",
-        "sglang",
-        "sglang-kernel",
-        "flashinfer-python",
-        "transformers",
-        "tokenizers",
-        "apache-tvm-ffi",
-        "sglang-gemma4-dflash",
-    ):
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            out[name] = None
+    out = report_.versions()
     out["sglang.srt.plugins entry points"] = [
         f"{ep.name} = {ep.value}" for ep in md.entry_points(group="sglang.srt.plugins")
     ]
     return out
 
 
-def hardware() -> dict:
-    query = "name,memory.total,driver_version,compute_cap"
-    try:
-        gpus = (
-            subprocess.run(
-                ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
-                check=False,
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )
-            .stdout.strip()
-            .splitlines()
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        gpus = [f"nvidia-smi failed: {e}"]
-    return {"gpus": gpus, "cpu_count": os.cpu_count(), "platform": platform.platform()}
-
-
 def common_args(mm: bool, sampling_backend: str | None, piecewise: bool) -> list[str]:
     if LAUNCHER == e2e.CPU_LAUNCHER:
         return list(CPU_ARGS)
-    args = [
-        "--attention-backend",
-        "triton",
-        "--dtype",
-        "bfloat16",
-        "--mem-fraction-static",
-        str(MEM_FRACTION),
-        "--max-total-tokens",
-        "8192",
-        "--max-running-requests",
-        str(CONCURRENT),
-        "--cuda-graph-max-bs",
-        str(CONCURRENT),
-    ]
-    if sampling_backend:
-        args += ["--sampling-backend", sampling_backend]
+    args = e2e.gpu_server_args(
+        CONCURRENT, mem_fraction=MEM_FRACTION, sampling_backend=sampling_backend, piecewise=piecewise
+    )
+    args += ["--max-total-tokens", "8192"]
     if mm:  # the slim sites strip FA3 (sgl_kernel/flash_ops), which the vision tower picks when none is named
         args += ["--mm-attention-backend", "triton_attn"]
-    return args if piecewise else args + ["--disable-piecewise-cuda-graph"]
-
-
-def dflash_args(draft: str) -> list[str]:
-    return [
-        "--speculative-algorithm",
-        "DFLASH",
-        "--speculative-draft-model-path",
-        draft,
-        "--speculative-num-draft-tokens",
-        str(TINY.block_size),
-        "--speculative-draft-attention-backend",
-        "triton",
-    ]
+    return args
 
 
 def prompts() -> list[list[int]]:
@@ -190,17 +128,6 @@ def jobs_for(groups: list[str]) -> list[dict]:
             add(f"{name}-dflash-plugin-nooverlap", target, True, overlap=False)
             add(f"{name}-dflash-noplugin-nooverlap", target, True, plugin=False, overlap=False)
     return jobs
-
-
-def port_for(i: int) -> int:
-    """Server i's port: far from the others' (SGLang derives further ports from it), or any free one if taken."""
-    port = PORT_BASE + PORT_STEP * i
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return e2e.free_port()
-    return port
 
 
 def cache_listing() -> dict:
@@ -253,7 +180,7 @@ def run_job(job: dict, paths: dict, port: int, log_dir: str, piecewise: bool, re
     mm = job["target"] == "target_mm"
     args = common_args(mm, job["sampling"], piecewise)
     if job["dflash"]:
-        args += dflash_args(paths["draft"])
+        args += e2e.dflash_args(paths["draft"], TINY.block_size)
     if not job["overlap"]:
         args.append("--disable-overlap-schedule")
     env = None if job["plugin"] else {"SGLANG_PLUGINS": "some_other_name"}
@@ -345,7 +272,7 @@ def main() -> None:
 
     report = {
         "versions": versions(),
-        "hardware": hardware(),
+        "hardware": report_.hardware(),
         "jobs": [j["label"] for j in jobs],
         "parallel": args.parallel,
         "piecewise_cuda_graph": args.piecewise,
@@ -375,7 +302,7 @@ def main() -> None:
         if args.parallel and i >= FIRST_WAVE:  # the rest start once the first servers are up (JIT done)
             for event in ready[:FIRST_WAVE]:
                 event.wait()
-        res = run_job(jobs[i], paths, port_for(i), log_dir, args.piecewise, ready[i])
+        res = run_job(jobs[i], paths, e2e.spaced_port(i), log_dir, args.piecewise, ready[i])
         with lock:
             report["servers"][jobs[i]["label"]] = res
         save()

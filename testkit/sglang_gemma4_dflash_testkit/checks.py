@@ -157,30 +157,8 @@ def serve_dflash_vs_plain(target_dir, draft_dir, prompts: list[str], max_new_tok
 
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     ids = [tokenizer(p)["input_ids"] for p in prompts]
-    common = [
-        "--attention-backend",
-        "triton",
-        "--sampling-backend",
-        "pytorch",
-        "--dtype",
-        "bfloat16",
-        "--mem-fraction-static",
-        "0.3",
-        "--max-running-requests",
-        "4",
-        "--cuda-graph-max-bs",
-        "4",
-    ]
-    dflash = [
-        "--speculative-algorithm",
-        "DFLASH",
-        "--speculative-draft-model-path",
-        str(draft_dir),
-        "--speculative-num-draft-tokens",
-        str(TINY.block_size),
-        "--speculative-draft-attention-backend",
-        "triton",
-    ]
+    common = e2e.gpu_server_args(4)
+    dflash = e2e.dflash_args(str(draft_dir), TINY.block_size)
     with e2e.Server(str(target_dir), common) as server:
         plain = e2e.generate_many(server.base_url, ids, max_new_tokens, concurrency=2)
     with e2e.Server(str(target_dir), common + dflash) as server:

@@ -267,35 +267,57 @@ def compare_outputs(plain: Sequence, spec: Sequence) -> list[Verdict]:
 # ------------------------------------------------------------------------------------------- registered tests
 
 
-def dflash_server_args(
-    draft_path: str, *, num_draft_tokens: int, draft_attention_backend: str, tp_size: int, max_running_requests: int
+def gpu_server_args(
+    max_running_requests: int,
+    *,
+    mem_fraction: float = 0.3,
+    sampling_backend: Optional[str] = "pytorch",
+    piecewise: bool = True,
 ) -> list[str]:
-    """The server flags the registered large-model tests launch with (target attention: triton, for Gemma 4's
-    512-wide global heads)."""
+    """The flags every GPU server of the project's checks starts with: triton attention (Gemma 4's 512-wide global
+    heads), bf16, a small KV pool, CUDA graphs up to `max_running_requests`."""
+    args = ["--attention-backend", "triton", "--dtype", "bfloat16", "--mem-fraction-static", str(mem_fraction)]
+    args += ["--max-running-requests", str(max_running_requests), "--cuda-graph-max-bs", str(max_running_requests)]
+    if sampling_backend:
+        args += ["--sampling-backend", sampling_backend]
+    return args if piecewise else args + ["--disable-piecewise-cuda-graph"]
+
+
+def dflash_args(draft: str, num_draft_tokens: int, draft_attention_backend: str = "triton") -> list[str]:
+    """The flags that turn a server into a DFLASH server with `draft`."""
     return [
         "--speculative-algorithm",
         "DFLASH",
         "--speculative-draft-model-path",
-        draft_path,
+        draft,
         "--speculative-num-draft-tokens",
         str(num_draft_tokens),
         "--speculative-draft-attention-backend",
         draft_attention_backend,
-        "--tp-size",
-        str(tp_size),
-        "--attention-backend",
-        "triton",
-        "--dtype",
-        "bfloat16",
-        "--mem-fraction-static",
-        "0.6",
-        "--context-length",
-        "4096",
-        "--max-running-requests",
-        str(max_running_requests),
-        "--cuda-graph-max-bs",
-        str(max_running_requests),
     ]
+
+
+def dflash_server_args(
+    draft_path: str, *, num_draft_tokens: int, draft_attention_backend: str, tp_size: int, max_running_requests: int
+) -> list[str]:
+    """The server flags the registered large-model tests launch with."""
+    args = gpu_server_args(max_running_requests, mem_fraction=0.6, sampling_backend=None)
+    args += ["--tp-size", str(tp_size), "--context-length", "4096"]
+    return args + dflash_args(draft_path, num_draft_tokens, draft_attention_backend)
+
+
+def spaced_port(i: int, base: int = 21000, step: int = 1500) -> int:
+    """Server i's port when several run side by side: far from the others' (SGLang derives further ports from
+    it), or any free one if that one is taken."""
+    import socket
+
+    port = base + step * i
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return free_port()
+    return port
 
 
 def gsm8k_under_dflash(target: str, server_args: list[str], questions: int):

@@ -169,7 +169,13 @@ def plant_target(w: dict, seed: int, spec) -> None:
 
 
 def draft_intermediate_size(spec) -> int:
-    return len(cycle_tokens(spec)) * (spec.block_size - 1) * 2
+    """One MLP row per (cycle token, offset, mode), padded with zero rows to a multiple of 64.
+
+    SGLang's fused GPU activation kernels (0.5.16's ``activation.cuh``) need the width to be a multiple of
+    their vector size; a zero row adds silu(0) * 0 = 0 and changes nothing.
+    """
+    rows = len(cycle_tokens(spec)) * (spec.block_size - 1) * 2
+    return -(-rows // 64) * 64
 
 
 def draft_weights(seed: int, spec) -> dict:

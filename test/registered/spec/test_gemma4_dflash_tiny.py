@@ -34,20 +34,7 @@ NUM_PROMPTS = 18
 ACCEPT_FLOOR = 0.75  # x block size; the planted pair accepts the whole block (CPU prediction: test_tiny_accept.py)
 CONCURRENT = 8
 MAX_NEW_TOKENS = 40
-COMMON_ARGS = [
-    "--attention-backend",
-    "triton",
-    "--sampling-backend",
-    "pytorch",
-    "--dtype",
-    "bfloat16",
-    "--mem-fraction-static",
-    "0.3",
-    "--max-running-requests",
-    str(CONCURRENT),
-    "--cuda-graph-max-bs",
-    str(CONCURRENT),
-]
+COMMON_ARGS = e2e.gpu_server_args(CONCURRENT)
 
 SKIP_REASON = None if e2e.cuda_device_count() >= 1 else "needs a CUDA GPU, found none"
 
@@ -60,19 +47,6 @@ def draft_block_size(draft_dir: str) -> int:
     if not block:
         raise ValueError(f"{draft_dir}/config.json names no block_size")
     return int(block)
-
-
-def dflash_args(draft_dir: str, block_size: int) -> list[str]:
-    return [
-        "--speculative-algorithm",
-        "DFLASH",
-        "--speculative-draft-model-path",
-        draft_dir,
-        "--speculative-num-draft-tokens",
-        str(block_size),
-        "--speculative-draft-attention-backend",
-        "triton",
-    ]
 
 
 def prompt_lengths(window: int) -> list[int]:
@@ -97,7 +71,7 @@ class TestGemma4DFlashTiny(unittest.TestCase):
 
             with e2e.Server(target, COMMON_ARGS, ready_timeout=600) as server:
                 plain = e2e.greedy_suite(server.base_url, prompts, MAX_NEW_TOKENS, CONCURRENT, ignore_eos=True)
-            with e2e.Server(target, COMMON_ARGS + dflash_args(draft, block), ready_timeout=600) as server:
+            with e2e.Server(target, COMMON_ARGS + e2e.dflash_args(draft, block), ready_timeout=600) as server:
                 spec = e2e.greedy_suite(server.base_url, prompts, MAX_NEW_TOKENS, CONCURRENT, ignore_eos=True)
                 summary = e2e.spec_summary(e2e.server_info(server.base_url))
 
