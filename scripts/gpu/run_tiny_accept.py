@@ -109,6 +109,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--port-base", type=int, default=40000, help="server i listens on port-base + 1500 i")
     parser.add_argument("--tiny-dir", default=os.path.join(tempfile.gettempdir(), "tiny-gemma4-dflash-accept"))
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
@@ -141,7 +142,7 @@ def main() -> None:
         try:
             draft = None if variant == "plain" else paths["draft"]
             kind = variant if variant in breakage.KINDS else None
-            result = serve(paths["target"], draft, kind, break_dir, log_dir, e2e.spaced_port(i))
+            result = serve(paths["target"], draft, kind, break_dir, log_dir, e2e.spaced_port(i, base=args.port_base))
             result["follows_plant"] = all(o == x for o, x in zip(result["outputs"], expected))
         except Exception:
             result = {"error": traceback.format_exc()[-8000:]}
