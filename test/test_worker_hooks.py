@@ -191,3 +191,14 @@ def test_eager_head_hook_keeps_its_own_head_with_upstream_chunk_size(gemma4):
         original, _worker(gemma4), hidden_states=hidden, lm_head=gemma4.lm_head, chunk_size=2
     )
     assert torch.equal(got, torch.argmax(hidden @ gemma4.lm_head.weight.T, dim=-1))
+
+
+def test_sampling_prebuild_stays_out_of_the_way_without_a_gpu(monkeypatch):
+    # Its effect (no compile inside the first sampled request) is measured on a GPU by
+    # scripts/gpu/run_tiny_e2e.py's stall job; here: no CUDA or switched off means no thread and no error.
+    from sglang_gemma4_dflash.dflash import sampling_prebuild
+
+    assert sampling_prebuild.start() is None
+    monkeypatch.setenv(sampling_prebuild.ENV, "0")
+    assert sampling_prebuild.start() is None
+    sampling_prebuild.finish(None)

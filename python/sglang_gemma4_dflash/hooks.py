@@ -92,7 +92,8 @@ def plan(features: SGLangFeatures) -> tuple[list[Change], list[Upstream]]:
                 AROUND,
                 worker_hooks.check_draft_at_init,
                 "check the draft's hidden size, vocabulary, layer ids and mask id against a "
-                "Gemma 4 target before anything is built",
+                "Gemma 4 target before anything is built; compile flashinfer's sampling module meanwhile, "
+                "so the first sampled request does not",
                 piece,
                 ("server_args", "target_worker"),
             )

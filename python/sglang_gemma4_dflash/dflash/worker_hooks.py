@@ -11,6 +11,7 @@ import inspect
 import logging
 
 from sglang_gemma4_dflash import compat
+from sglang_gemma4_dflash.dflash import sampling_prebuild
 from sglang_gemma4_dflash.dflash.draft_sampler import SplitHeadDraftSampler
 from sglang_gemma4_dflash.gemma4.validate import validate_draft_against_target
 from sglang_gemma4_dflash.head.greedy import greedy_token_ids, is_dense_head
@@ -24,7 +25,8 @@ def _is_replicated(lm_head) -> bool:
 
 
 def check_draft_at_init(original, self, *args, **kwargs):
-    """Around ``DFlashWorker[V2].__init__``: validate the draft against a Gemma 4 target first."""
+    """Around ``DFlashWorker[V2].__init__``: validate the draft against a Gemma 4 target first, and compile
+    flashinfer's sampling module while the worker starts (``sampling_prebuild``)."""
     bound = inspect.signature(original).bind(self, *args, **kwargs)
     server_args = bound.arguments["server_args"]
     target_worker = bound.arguments["target_worker"]
@@ -41,6 +43,11 @@ def check_draft_at_init(original, self, *args, **kwargs):
         validate_draft_against_target(
             target_worker.model_runner.model_config.hf_config, draft_config, draft_path=draft_path
         )
+        build = sampling_prebuild.start()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            sampling_prebuild.finish(build)
     return original(self, *args, **kwargs)
 
 
