@@ -101,6 +101,8 @@ def serve(paths: dict, use_gpu: bool) -> dict:
         result = checks.serve_cpu_vs_transformers(paths["target"], PROMPTS)
     for row in result["prompts"]:
         print(f"{'same' if row['identical'] else 'DIFFERENT':9s} {row['prompt'][:40]!r} -> {row['tokens']} tokens")
+    if "accept_length" in result:
+        print(f"DFLASH accept length {result['accept_length']} (floor {result['accept_floor']})")
     return result
 
 
