@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -61,11 +62,11 @@ def prompts() -> list[list[int]]:
     return out
 
 
-def server_args(draft: str | None) -> list[str]:
+def server_args(draft: str | None, extra: list[str]) -> list[str]:
     # servers run side by side: SGLang sizes its KV pool as (free) - (1 - fraction) * (card), so the fraction must
     # exceed the share the others hold; --max-total-tokens keeps each pool small
     args = e2e.gpu_server_args(CONCURRENT, mem_fraction=0.6, piecewise=False) + ["--max-total-tokens", "8192"]
-    return args + (e2e.dflash_args(draft, TINY.block_size) if draft else [])
+    return args + (e2e.dflash_args(draft, TINY.block_size) if draft else []) + extra
 
 
 def mean(xs):
@@ -73,7 +74,7 @@ def mean(xs):
     return round(sum(xs) / len(xs), 3) if xs else None
 
 
-def serve(target: str, draft: str | None, kind: str | None, break_dir: str, log_dir: str, port: int) -> dict:
+def serve(target, draft, kind, break_dir: str, log_dir: str, port: int, extra: list[str]) -> dict:
     env = None
     if kind:
         path = os.pathsep.join([break_dir, TESTKIT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
@@ -81,7 +82,7 @@ def serve(target: str, draft: str | None, kind: str | None, break_dir: str, log_
     label = kind or ("dflash" if draft else "plain")
     log_path = os.path.join(log_dir, f"{label}.log")
     started = time.time()
-    server = e2e.Server(target, server_args(draft), env=env, port=port, ready_timeout=420, log_path=log_path)
+    server = e2e.Server(target, server_args(draft, extra), env=env, port=port, ready_timeout=420, log_path=log_path)
     with server:
         ready_s = time.time() - started
         log(f"{label}: ready in {ready_s:.0f}s")
@@ -109,6 +110,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument(
+        "--server-extra", default="", help="more server flags for every variant, e.g. --disable-cuda-graph"
+    )
     parser.add_argument("--port-base", type=int, default=40000, help="server i listens on port-base + 1500 i")
     parser.add_argument("--tiny-dir", default=os.path.join(tempfile.gettempdir(), "tiny-gemma4-dflash-accept"))
     args = parser.parse_args()
@@ -136,13 +140,18 @@ def main() -> None:
     log(f"versions {report['versions']} hardware {report['hardware']}")
     save()
 
+    extra = shlex.split(args.server_extra)
+    report["server_extra"] = extra
+
     def run(i: int, variant: str) -> dict:
         started = time.time()
         time.sleep(20 * i)  # staggered starts: the CUDA-graph captures do not all contend at once
         try:
             draft = None if variant == "plain" else paths["draft"]
             kind = variant if variant in breakage.KINDS else None
-            result = serve(paths["target"], draft, kind, break_dir, log_dir, e2e.spaced_port(i, base=args.port_base))
+            result = serve(
+                paths["target"], draft, kind, break_dir, log_dir, e2e.spaced_port(i, base=args.port_base), extra
+            )
             result["follows_plant"] = all(o == x for o, x in zip(result["outputs"], expected))
         except Exception:
             result = {"error": traceback.format_exc()[-8000:]}

@@ -63,7 +63,9 @@ def plot(path: str, result: dict) -> None:
     rows = result.get("summary") or []
     if not rows:
         raise BenchError(f"--plot {path}: no finished measurement to plot")
-    labels = [f"{r['dataset']}\nc={r['concurrency']}" for r in rows]
+    datasets = sorted({str(r["dataset"]) for r in rows})
+    one = len(datasets) == 1  # one dataset: name it once in the title, label bars by concurrency only
+    labels = [f"c={r['concurrency']}" if one else f"{r['dataset']}\nc={r['concurrency']}" for r in rows]
     has_speedup = any(r.get("speedup") is not None for r in rows)
     fig, (left, right) = plt.subplots(1, 2, figsize=(max(8.0, 1.4 * len(rows) + 3), 4.5), constrained_layout=True)
     xs = range(len(rows))
@@ -88,7 +90,8 @@ def plot(path: str, result: dict) -> None:
         ax.set_xticks(list(xs), labels)
     servers = result.get("servers", {})
     names = [f"{arm}: {Path(str(s.get('model_path') or s.get('url'))).name}" for arm, s in servers.items() if s]
-    fig.suptitle("sglang-gemma4-dflash bench  " + "  |  ".join(names), fontsize=9)
+    title = "sglang-gemma4-dflash bench  " + "  |  ".join(names)
+    fig.suptitle(title + (f"\ndataset: {datasets[0]}" if one else ""), fontsize=9)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
