@@ -22,7 +22,7 @@ cpu_server = pytest.mark.skipif(
 )
 
 JSONL = str(Path(__file__).parent / "data" / "bench_prompts.jsonl")
-SERVER_ARGS = ["--max-total-tokens", "2048", "--max-running-requests", "4", "--disable-cuda-graph"]
+SERVER_ARGS = e2e.cpu_server_args(4, max_total_tokens=2048)
 ERROR_PREFIX = "sglang-gemma4-dflash bench: error: "
 
 

@@ -87,7 +87,7 @@ def test_cpu_server_generates_the_tiny_targets_planted_continuation(tmp_path_fac
 
     paths = tiny.write_tiny_checkpoints(tmp_path_factory.mktemp("tiny"))
     prompts = e2e.token_prompts(tiny.TINY.vocab_size, [5, 23, 40], seed=3, low=tiny.TINY.num_special_tokens)
-    args = ["--max-total-tokens", "2048", "--max-running-requests", "4", "--disable-cuda-graph"]
+    args = e2e.cpu_server_args(4, max_total_tokens=2048)
     with e2e.Server(paths["target"], args, launcher=e2e.CPU_LAUNCHER, ready_timeout=300) as server:
         outputs = e2e.generate_many(server.base_url, prompts, max_new_tokens=12, concurrency=3)
         log = server.log_tail(200_000)

@@ -45,19 +45,6 @@ FIRST_WAVE = 2
 # fraction above the share the others hold; --max-total-tokens keeps each pool small.
 MEM_FRACTION = 0.6
 LAUNCHER = e2e.DEFAULT_LAUNCHER
-CPU_ARGS = [
-    "--attention-backend",
-    "intel_amx",
-    "--sampling-backend",
-    "pytorch",
-    "--dtype",
-    "bfloat16",
-    "--max-running-requests",
-    str(CONCURRENT),
-    "--max-total-tokens",
-    "4096",
-    "--disable-cuda-graph",
-]
 CACHE_DIRS = ("~/.cache/flashinfer", "~/.cache/tvm-ffi", "~/.cache/sglang", "~/.triton/cache", "/tmp/flashinfer")
 
 
@@ -77,7 +64,7 @@ def versions() -> dict:
 
 def common_args(mm: bool, sampling_backend: str | None, piecewise: bool) -> list[str]:
     if LAUNCHER == e2e.CPU_LAUNCHER:
-        return list(CPU_ARGS)
+        return e2e.cpu_server_args(CONCURRENT)
     args = e2e.gpu_server_args(
         CONCURRENT, mem_fraction=MEM_FRACTION, sampling_backend=sampling_backend, piecewise=piecewise
     )

@@ -122,22 +122,8 @@ def serve_cpu_vs_transformers(target_dir, prompts: list[str], max_new_tokens: in
             out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False)
         expected.append(out[0, len(prompt_ids) :].tolist())
 
-    args = [
-        "--device",
-        "cpu",
-        "--attention-backend",
-        "intel_amx",
-        "--sampling-backend",
-        "pytorch",
-        "--dtype",
-        "bfloat16",
-        "--max-total-tokens",
-        "4096",
-        "--max-running-requests",
-        "4",
-        "--disable-cuda-graph",
-    ]
-    with e2e.Server(str(target_dir), args, launcher="sglang_gemma4_dflash_testkit.cpu_server") as server:
+    args = e2e.cpu_server_args(4)
+    with e2e.Server(str(target_dir), args, launcher=e2e.CPU_LAUNCHER) as server:
         got = e2e.generate_many(server.base_url, ids, max_new_tokens, concurrency=2)
     verdicts = e2e.compare_outputs(expected, got)
     rows = [{"prompt": p, "tokens": v.spec_len, "identical": v.identical} for p, v in zip(prompts, verdicts)]

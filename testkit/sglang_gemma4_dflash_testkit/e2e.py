@@ -283,6 +283,13 @@ def gpu_server_args(
     return args if piecewise else args + ["--disable-piecewise-cuda-graph"]
 
 
+def cpu_server_args(max_running_requests: int, max_total_tokens: int = 4096) -> list[str]:
+    """The flags of the project's CPU servers (CPU_LAUNCHER adds ``--device cpu`` and the attention backend):
+    bf16, torch sampling, no CUDA graphs, a small KV pool so several servers share the machine."""
+    args = ["--sampling-backend", "pytorch", "--dtype", "bfloat16", "--disable-cuda-graph"]
+    return args + ["--max-total-tokens", str(max_total_tokens), "--max-running-requests", str(max_running_requests)]
+
+
 def dflash_args(draft: str, num_draft_tokens: int, draft_attention_backend: str = "triton") -> list[str]:
     """The flags that turn a server into a DFLASH server with `draft`."""
     return [

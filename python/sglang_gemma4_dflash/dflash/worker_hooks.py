@@ -44,10 +44,9 @@ def check_draft_at_init(original, self, *args, **kwargs):
             target_worker.model_runner.model_config.hf_config, draft_config, draft_path=draft_path
         )
         build = sampling_prebuild.start()
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            sampling_prebuild.finish(build)
+        result = original(self, *args, **kwargs)  # if it raises, the error goes out at once, not after the build
+        sampling_prebuild.finish(build)
+        return result
     return original(self, *args, **kwargs)
 
 
