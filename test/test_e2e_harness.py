@@ -12,7 +12,7 @@ import pytest
 from sglang_gemma4_dflash_testkit import e2e
 
 FAKE_LAUNCHER = textwrap.dedent('''
-    """Answers like an SGLang server. --mode: ok | old (0.5.13: no /server_info) | exit | never | slow."""
+    """Answers like an SGLang server. --mode: ok | old (no /server_info: the older spelling only) | exit | never | slow."""
     import argparse, json, os, subprocess, sys, time
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 

@@ -7,7 +7,7 @@ Used by the registered tiny test, the GPU scripts in scripts/gpu/ and the CI job
   The launcher defaults to `sglang.launch_server`; `sglang_gemma4_dflash_testkit.cpu_server` (CPU stand-ins) also fits.
 - `generate` / `generate_many` call the native `/generate` greedily and return the output token ids;
   `complete` calls the OpenAI-compatible `/v1/completions`; `chat` calls `/v1/chat/completions`.
-- `server_info` reads `/server_info` (0.5.14+) or `/get_server_info` (0.5.13 and older spelling); `spec_summary`
+- `server_info` reads `/server_info`, or `/get_server_info` (the older spelling) where it is missing; `spec_summary`
   picks the speculative-decoding fields out of it.
 - `compare_outputs(plain, spec)` gives one token-identity verdict per prompt.
 

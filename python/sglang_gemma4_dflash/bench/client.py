@@ -59,14 +59,22 @@ def http_ok(url: str, timeout: float) -> bool:
         return False
 
 
+def _get_renamed(base_url: str, path: str, old_path: str, timeout: float) -> dict:
+    """GET `path`; on a 404 its older spelling `old_path` (servers that lack the newer name)."""
+    try:
+        return http_json(base_url + path, timeout=timeout)
+    except HTTPRequestError as first:
+        if "HTTP 404" not in str(first):
+            raise
+        try:
+            return http_json(base_url + old_path, timeout=timeout)
+        except HTTPRequestError as second:
+            raise HTTPRequestError(f"neither {path} nor {old_path} answered: {first}; {second}") from None
+
+
 def model_info(base_url: str, timeout: float = 30.0) -> dict:
     """`/model_info` (model_path, tokenizer_path, ...); `/get_model_info` on lines without it."""
-    try:
-        return http_json(base_url + "/model_info", timeout=timeout)
-    except HTTPRequestError as e:
-        if "HTTP 404" not in str(e):
-            raise
-        return http_json(base_url + "/get_model_info", timeout=timeout)
+    return _get_renamed(base_url, "/model_info", "/get_model_info", timeout)
 
 
 def flush_cache(base_url: str, timeout: float = 60.0) -> str:
@@ -96,16 +104,8 @@ def generate(
 
 
 def server_info(base_url: str, timeout: float = 30.0) -> dict:
-    """The server's `/server_info`; falls back to `/get_server_info` (the older spelling) on a 404."""
-    try:
-        return http_json(base_url + "/server_info", timeout=timeout)
-    except HTTPRequestError as first:
-        if "HTTP 404" not in str(first):
-            raise
-        try:
-            return http_json(base_url + "/get_server_info", timeout=timeout)
-        except HTTPRequestError as second:
-            raise HTTPRequestError(f"neither /server_info nor /get_server_info answered: {first}; {second}") from None
+    """The server's `/server_info`; `/get_server_info` (the older spelling) on lines without it."""
+    return _get_renamed(base_url, "/server_info", "/get_server_info", timeout)
 
 
 @dataclass
