@@ -85,6 +85,7 @@ DRAFT_31B = {
     "rms_norm_eps": 1e-6,
     "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
     "layer_types": ["sliding_attention"] * 4 + ["full_attention"],
+    "use_sliding_window": True,  # transformers' Qwen3Config drops sliding_window without it (SGLang 0.5.16 refuses)
     "sliding_window": 2048,
     "max_position_embeddings": 262144,
     "vocab_size": 262144,

@@ -1,29 +1,29 @@
-"""Where one DFLASH step's time goes, Gemma-4-31B shapes, dummy weights, one GPU (NOT RUN on a GPU yet).
+"""Where one DFLASH step's time goes, Gemma-4-31B shapes, dummy weights, one GPU.
 
     source scripts/gpu/setup_site.sh 0.5.16   # or 0.5.13
     python3 scripts/gpu/profile_31b_step.py --out $OUT/step_31b.json [--modes plain,dflash,dflash-noplugin]
-        [--batches 1,4,16] [--steps 12]
+        [--batches 1,4,16] [--steps 8] [--trace-dir $OUT/traces]
 
-Same target, draft and server flags as bench_31b_dummy.py (decode CUDA graphs on, piecewise off). Per mode and
-batch size b: b requests decode 600 tokens each (ignore_eos); once they run, SGLang's own profiler is started through
-`/start_profile` (CPU + GPU activities, Python stacks) for `--steps` scheduler steps, and its trace is read here.
+Same target, draft and server flags as bench_31b_dummy.py (decode CUDA graphs on, piecewise off). One server per
+mode; per batch size b, in that server:
+  1. the step time without a profiler: bench_31b_dummy's differenced decode rate r (b requests in flight), so a plain
+     step is 1/r and a DFLASH step a/r (a: the measured accept length, ~1 with a random draft);
+  2. the breakdown: b requests decode PROFILE_TOKENS tokens each while SGLang's own profiler (`/start_profile`: CPU +
+     GPU activities, Python stacks) records `--steps` scheduler steps; the trace is read here.
 
-Each GPU kernel is charged to the Python frames that launched it (the CUDA runtime call with the kernel's correlation
-id, then the python_function events around that call on its thread; a CUDA-graph replay charges all its kernels to
-the frames of the graph launch):
-  target     under the target worker's forward (plain decode, or DFLASH's verify of the block)
-  draft_kv   under `_append_target_hidden*` (target hidden states written into the draft KV cache)
-  draft_head under `_greedy_sample_from_vocab_parallel_head` or the plugin's draft sampler, outside a draft graph
-  draft      under the draft model runner (with the head when SGLang folds the head into the draft CUDA graph)
-  other      everything else inside the step (accept, KV bookkeeping, sampling)
-A step is one `forward_batch_generation` of the worker; host = step wall time minus the GPU busy time in it.
-Beside each mode: c = t_step / t_plain and the projected speedup L / c at L = 5.4 and 6.46, and the ideal step
-(measured plain step + draft weights + head read once at --bandwidth-tbs: the verify of a 16-token block reads the
-same weights as one decode step, so at small batch it should cost about a plain step).
-Checked so far on CPU only: `--analyse TRACE plain` on a trace that SGLang 0.5.23's CPU server wrote through
-/start_profile finds the worker steps (python_function events named
-`sglang/srt/managers/tp_worker.py(622): forward_batch_generation`) and their wall time; charging kernels to step
-parts needs a GPU trace.
+Each GPU kernel is charged to the Python frames that launched it (its CUDA runtime call, by correlation id, and the
+python_function events around that call; a CUDA-graph replay charges all its kernels to the frames of the launch):
+  target      under the target worker's `forward_batch_generation` (plain decode, or DFLASH's verify of the block)
+  draft_kv    under `_append_target_hidden*` (target hidden states projected and written into the draft KV cache)
+  draft_head  under `_greedy_sample_from_vocab_parallel_head` or the plugin's head, outside a draft graph
+  draft       under the draft model runner (the head too where SGLang folds it into the draft CUDA graph)
+  other       everything else inside the step (block set-up, embedding, accept, KV bookkeeping)
+`host` is the unprofiled step time minus the GPU busy time of a profiled step: time the GPU waits for the host
+(Python, scheduling, syncs). The profiler's own Python tracing slows the host, so profiled wall times are not used.
+Beside each DFLASH row: c = t_step / t_plain, the projected speedup L / c at L = 5.4 and 6.46, and the ideal step:
+the measured plain step plus the draft's weights and the head read once at `--bandwidth-tbs` (a 16-token verify
+reads the same weights as one decode step; `verify_compute_floor_ms` says where compute takes over at larger b).
+`--analyse TRACE MODE` reads one saved trace without a GPU.
 """
 
 from __future__ import annotations
@@ -33,134 +33,245 @@ import glob
 import gzip
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
-from bisect import bisect_right
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_31b_dummy as bench  # noqa: E402  (configs and server flags shared with the throughput bench)
+import bench_31b_dummy as bench  # noqa: E402  (configs, server flags and the rate measurement)
+from sglang_gemma4_dflash.bench import report as report_  # noqa: E402
 from sglang_gemma4_dflash_testkit import e2e  # noqa: E402
 from sglang_gemma4_dflash_testkit.tiny import TINY, write_tiny_checkpoints  # noqa: E402
 
 CATEGORIES = ("target", "draft_kv", "draft_head", "draft", "other")
-DECODE_TOKENS = 600
-HEAD_BYTES = 262144 * 5376 * 2  # the tied bf16 head, read once per step by the draft
-# bf16 draft weights: 5 layers (q/o 5376 x 8192, k/v 5376 x 1024, MLP 3 x 5376 x 10752) + the fc over 6 taps
-DRAFT_BYTES = 2 * (5 * (2 * 5376 * 8192 + 2 * 5376 * 1024 + 3 * 5376 * 10752) + 6 * 5376 * 5376)
+PROFILE_TOKENS = 320
+H200_BF16_TFLOPS = 989.0  # dense bf16 peak, for the verify's compute floor
+
+
+def _target_params(cfg: dict) -> int:
+    """Weights of the 31B text stack (tied head counted once), from TEXT_31B."""
+    h, heads, inter = cfg["hidden_size"], cfg["num_attention_heads"], cfg["intermediate_size"]
+    total = cfg["vocab_size"] * h
+    for kind in cfg["layer_types"]:
+        d, kv = (cfg["global_head_dim"], cfg["num_global_key_value_heads"]) if kind == "full_attention" else (
+            cfg["head_dim"], cfg["num_key_value_heads"])  # fmt: skip
+        kv_proj = 1 if (kind == "full_attention" and cfg["attention_k_eq_v"]) else 2
+        total += 2 * h * heads * d + kv_proj * h * kv * d + 3 * h * inter
+    return total
+
+
+def _draft_params(cfg: dict, taps: int) -> int:
+    h, q, kv, inter = (
+        cfg["hidden_size"],
+        cfg["num_attention_heads"],
+        cfg["num_key_value_heads"],
+        cfg["intermediate_size"],
+    )
+    d = cfg["head_dim"]
+    return cfg["num_hidden_layers"] * (2 * h * q * d + 2 * h * kv * d + 3 * h * inter) + taps * h * h
+
+
+TARGET_PARAMS = _target_params(bench.TEXT_31B)
+HEAD_BYTES = 2 * bench.TEXT_31B["vocab_size"] * bench.TEXT_31B["hidden_size"]  # bf16, read once per draft step
+DRAFT_BYTES = 2 * _draft_params(bench.DRAFT_31B, len(bench.DRAFT_31B["dflash_config"]["target_layer_ids"]))
 
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def category(frames: list[str], dflash: bool) -> str:
-    """The part of a step a kernel belongs to, from the names of the Python frames around its launch."""
-    text = " | ".join(frames)
-    if not dflash:
-        return "target" if "forward_batch_generation" in text else "other"
-    if "tp_worker.py" in text and "forward_batch_generation" in text.split("tp_worker.py", 1)[1]:
+# --------------------------------------------------------------------------- reading a trace
+
+
+def _short(frame_name: str) -> str:
+    """'sglang/srt/x/y.py(123): f' -> 'y.py:f'."""
+    where, _, func = frame_name.partition(": ")
+    return f"{os.path.basename(where.split('(')[0])}:{func}" if func else frame_name
+
+
+def category(chain: list[str], dflash: bool) -> str:
+    """The part of a step a kernel belongs to, from the Python frames between the step and its launch."""
+    text = " | ".join(chain)
+    if "tp_worker.py" in text and "forward_batch_generation" in text:
         return "target"
+    if not dflash:  # the step is the target's forward; only sampling is not
+        return "other" if "sampler.py" in text else "target"
     if "_append_target_hidden" in text:
         return "draft_kv"
-    if "_greedy_sample_from_vocab_parallel_head" in text or "draft_sampler" in text:
+    if "_greedy_sample_from_vocab_parallel_head" in text or "greedy_token_ids" in text:
         return "draft_head"
     if "model_runner.py" in text or "cuda_graph_runner" in text:
         return "draft"
     return "other"
 
 
-def analyse(trace_path: str, dflash: bool) -> dict:
-    """Per-step milliseconds by category from one torch-profiler chrome trace of the scheduler (rank 0)."""
+def _is_step(name: str, dflash: bool) -> bool:
+    return name.endswith(": forward_batch_generation") and ("dflash_worker" in name if dflash else "tp_worker" in name)
+
+
+def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
+    """Per-step GPU milliseconds by category from one torch-profiler chrome trace of the scheduler (rank 0)."""
     opener = gzip.open if trace_path.endswith(".gz") else open
     with opener(trace_path, "rt") as f:
         events = json.load(f)["traceEvents"]
-    runtime, kernels, frames_by_tid = {}, [], defaultdict(list)
+    launches, kernels, frames_by_tid, launches_by_tid = {}, [], defaultdict(list), defaultdict(list)
     for e in events:
         if e.get("ph") != "X":
             continue
         cat = e.get("cat", "")
-        if cat == "kernel" or cat == "gpu_memcpy" or cat == "gpu_memset":
+        if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
             kernels.append(e)
-        elif cat == "cuda_runtime" or cat == "cuda_driver":
+        elif cat in ("cuda_runtime", "cuda_driver"):
             corr = (e.get("args") or {}).get("correlation")
             if corr is not None:
-                runtime[corr] = e
+                launches[corr] = e
+                launches_by_tid[e["tid"]].append(e)
         elif cat == "python_function":
             frames_by_tid[e["tid"]].append(e)
-    for frames in frames_by_tid.values():
-        frames.sort(key=lambda e: e["ts"])
 
-    def enclosing(tid, ts) -> list[str]:
-        frames = frames_by_tid.get(tid, [])
-        i = bisect_right([f["ts"] for f in frames], ts)  # candidates start before ts
-        return [f["name"] for f in frames[:i] if f["ts"] + f.get("dur", 0) >= ts]
+    # One sweep per thread: frames nest, so a stack of open frames gives each launch its enclosing chain.
+    chain_of = {}  # correlation id -> (step frame, frames below it, outermost first)
+    for tid, launch_list in launches_by_tid.items():
+        frames = sorted(frames_by_tid.get(tid, []), key=lambda e: (e["ts"], -e.get("dur", 0)))
+        stack, i = [], 0
+        for launch in sorted(launch_list, key=lambda e: e["ts"]):
+            t = launch["ts"]
+            while i < len(frames) and frames[i]["ts"] <= t:
+                while stack and stack[-1]["ts"] + stack[-1].get("dur", 0) < frames[i]["ts"]:
+                    stack.pop()
+                stack.append(frames[i])
+                i += 1
+            while stack and stack[-1]["ts"] + stack[-1].get("dur", 0) < t:
+                stack.pop()
+            for depth, frame in enumerate(stack):
+                if _is_step(frame["name"], dflash):
+                    chain_of[launch["args"]["correlation"]] = (frame, [f["name"] for f in stack[depth + 1 :]])
+                    break
 
-    steps = [
-        f
-        for frames in frames_by_tid.values()
-        for f in frames
-        if f["name"].endswith("forward_batch_generation")
-        and ("dflash_worker" in f["name"] if dflash else "tp_worker" in f["name"])
-    ]
-    steps.sort(key=lambda e: e["ts"])
-    if len(steps) < 3:
-        return {"error": f"only {len(steps)} worker steps found in {os.path.basename(trace_path)}"}
-    starts = [s["ts"] for s in steps]
-    per_step = [defaultdict(float) for _ in steps]
+    steps = sorted(
+        (f for frames in frames_by_tid.values() for f in frames if _is_step(f["name"], dflash)), key=lambda e: e["ts"]
+    )
+    # the outermost step frames only (a hook wrapper may repeat the name)
+    outer = []
+    for s in steps:
+        if not outer or s["ts"] >= outer[-1]["ts"] + outer[-1].get("dur", 0):
+            outer.append(s)
+    if len(outer) < 3:
+        return {"error": f"only {len(outer)} worker steps found in {os.path.basename(trace_path)}"}
+    index = {id(s): n for n, s in enumerate(outer)}
+    per_step = [defaultdict(float) for _ in outer]
+    by_chain = defaultdict(float)
+    by_kernel = defaultdict(lambda: [0.0, 0])
+    used = range(1, len(outer) - 1)  # the first and last step may be cut by the profiler window
     for k in kernels:
-        launch = runtime.get((k.get("args") or {}).get("correlation"))
-        if launch is None:
+        found = chain_of.get((k.get("args") or {}).get("correlation"))
+        if found is None:
             continue
-        i = bisect_right(starts, launch["ts"]) - 1
-        if i < 0 or launch["ts"] > steps[i]["ts"] + steps[i]["dur"]:
-            continue
-        per_step[i][category(enclosing(launch["tid"], launch["ts"]), dflash)] += k["dur"] / 1000.0
-    # wall time of a step: start to next start (the scheduler's own work in between counts as host time)
+        step, chain = found
+        n = index.get(id(step))
+        if n is None:  # a nested step frame: find its outer step by time
+            n = max((j for j, s in enumerate(outer) if s["ts"] <= step["ts"]), default=None)
+            if n is None:
+                continue
+        ms = k["dur"] / 1000.0
+        cat = category(chain, dflash)
+        per_step[n][cat] += ms
+        if n in used:
+            by_chain[" > ".join(_short(c) for c in chain[:4]) or "(step itself)"] += ms
+            entry = by_kernel[(cat, k["name"][:140])]
+            entry[0] += ms
+            entry[1] += 1
     rows = []
-    for i in range(1, len(steps) - 1):  # the first and last step may be cut by the profiler window
-        wall = (starts[i + 1] - starts[i]) / 1000.0
-        gpu = sum(per_step[i].values())
-        rows.append({**{c: per_step[i].get(c, 0.0) for c in CATEGORIES}, "gpu_busy": gpu, "wall": wall})
+    for n in used:
+        gpu = sum(per_step[n].values())
+        wall = (outer[n + 1]["ts"] - outer[n]["ts"]) / 1000.0
+        rows.append({**{c: per_step[n].get(c, 0.0) for c in CATEGORIES}, "gpu_busy": gpu, "profiled_wall": wall})
     median = {key: sorted(r[key] for r in rows)[len(rows) // 2] for key in rows[0]}
-    median["host_and_gaps"] = median["wall"] - median["gpu_busy"]
-    return {"steps_used": len(rows), "median_ms": {k: round(v, 3) for k, v in median.items()}}
+    steps_used = len(rows)
+    kernels_top = defaultdict(list)
+    for (cat, name), (ms, count) in sorted(by_kernel.items(), key=lambda kv: -kv[1][0]):
+        if len(kernels_top[cat]) < top:
+            kernels_top[cat].append(
+                {"kernel": name, "ms_per_step": round(ms / steps_used, 3), "per_step": round(count / steps_used, 1)}
+            )
+    return {
+        "steps_used": steps_used,
+        "median_ms": {k: round(v, 3) for k, v in median.items()},
+        "mean_ms_by_frames": {
+            k: round(v / steps_used, 3) for k, v in sorted(by_chain.items(), key=lambda kv: -kv[1]) if v > 0.005
+        },
+        "top_kernels": dict(kernels_top),
+    }
 
 
-def profile_once(base_url: str, batch: int, steps: int, out_dir: str, tag: str) -> str:
-    """Run `batch` long requests; profile `steps` steps in the middle; return the trace path."""
-    prompts = e2e.token_prompts(TINY.vocab_size, [64] * batch, seed=batch, low=TINY.num_special_tokens)
-    e2e.generate_many(base_url, prompts, 32, concurrency=batch, timeout=600, ignore_eos=True)  # warm-up
+# --------------------------------------------------------------------------- on the GPU
+
+
+def profile_once(base_url: str, batch: int, steps: int, trace_dir: str, tag: str) -> str:
+    """Run `batch` long requests (prompts already cached by the rate measurement); profile `steps` steps."""
+    prompts = e2e.token_prompts(TINY.vocab_size, [bench.PROMPT_LEN] * batch, seed=batch, low=TINY.num_special_tokens)
     worker = threading.Thread(
         target=e2e.generate_many,
-        args=(base_url, prompts, DECODE_TOKENS),
-        kwargs={"concurrency": batch, "timeout": 900, "ignore_eos": True},
+        args=(base_url, prompts, PROFILE_TOKENS),
+        kwargs={"concurrency": batch, "timeout": 600, "ignore_eos": True},
     )
     worker.start()
-    time.sleep(3.0)  # past prefill
-    trace_dir = os.path.join(out_dir, tag)
-    os.makedirs(trace_dir, exist_ok=True)
-    # /start_profile answers plain text ("Start profiling."), not JSON
-    body = {"output_dir": trace_dir, "num_steps": steps, "activities": ["CPU", "GPU"], "with_stack": True}
+    time.sleep(1.0)  # past the (cached) prefill
+    out = os.path.join(trace_dir, tag)
+    os.makedirs(out, exist_ok=True)
+    body = {"output_dir": out, "num_steps": steps, "activities": ["CPU", "GPU"], "with_stack": True}
+    body.update(record_shapes=False, profile_id=tag)
     request = urllib.request.Request(
-        base_url + "/start_profile",
-        data=json.dumps({**body, "profile_id": tag}).encode(),
-        headers={"Content-Type": "application/json"},
+        base_url + "/start_profile", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
-    with urllib.request.urlopen(request, timeout=600) as answer:
+    with urllib.request.urlopen(request, timeout=600) as answer:  # plain text, not JSON
         answer.read()
     worker.join()
-    deadline = time.time() + 120
+    deadline = time.time() + 180
     while time.time() < deadline:
-        found = sorted(glob.glob(os.path.join(trace_dir, "**", "*TP-0*.trace.json*"), recursive=True))
+        found = sorted(glob.glob(os.path.join(out, "**", "*TP-0*.trace.json*"), recursive=True))
         if found:
             time.sleep(2.0)  # let the writer finish
             return found[-1]
         time.sleep(1.0)
-    raise RuntimeError(f"no trace written under {trace_dir}")
+    raise RuntimeError(f"no trace written under {out}")
+
+
+def step_time_ms(row: dict, dflash: bool) -> float | None:
+    """Unprofiled time of one step from a bench_31b_dummy rate row."""
+    rate = row.get("per_seq_tokens_per_s")
+    if not rate:
+        return None
+    accepts = [a for a in row.get("per_request_accept") or [] if a]
+    accept = sum(accepts) / len(accepts) if (dflash and accepts) else 1.0
+    return 1000.0 * accept / rate
+
+
+def summarise(report: dict, bandwidth_tbs: float) -> None:
+    """Fill c, the ideal and the projections into every DFLASH row, and host time into every row."""
+    plain = report["modes"].get("plain", {})
+    extra_ms = 1000 * (DRAFT_BYTES + HEAD_BYTES) / (bandwidth_tbs * 1e12)
+    for mode, rows in report["modes"].items():
+        for b, row in rows.items():
+            if not isinstance(row, dict) or "t_step_ms" not in row:
+                continue
+            gpu = (row.get("breakdown") or {}).get("median_ms", {}).get("gpu_busy")
+            if gpu is not None and row["t_step_ms"]:
+                row["host_ms"] = round(row["t_step_ms"] - gpu, 3)
+            base = (plain.get(b) or {}).get("t_step_ms") or report.get("plain_reference_ms", {}).get(b)
+            if mode == "plain" or not base or not row["t_step_ms"]:
+                continue
+            c = row["t_step_ms"] / base
+            tokens = int(b) * bench.DRAFT_31B["block_size"]
+            row["c"] = round(c, 3)
+            row["ideal_step_ms"] = round(base + extra_ms, 3)
+            row["ideal_c"] = round((base + extra_ms) / base, 3)
+            row["verify_compute_floor_ms"] = round(1000 * 2 * TARGET_PARAMS * tokens / (H200_BF16_TFLOPS * 1e12), 3)
+            row.update({f"projected_speedup_at_{L}": round(L / c, 3) for L in bench.ACCEPT_LENGTHS})
 
 
 def main() -> None:
@@ -168,8 +279,12 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--modes", default="plain,dflash,dflash-noplugin")
     parser.add_argument("--batches", default="1,4,16")
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--bandwidth-tbs", type=float, default=4.3, help="measured copy bandwidth, for the ideal")
+    parser.add_argument("--trace-dir", help="copy the batch-1 trace of each mode here (gzipped)")
+    parser.add_argument(
+        "--plain-reference", help="JSON of an earlier run whose plain rows give t_plain (when --modes has no plain)"
+    )
     parser.add_argument("--analyse", nargs=2, metavar=("TRACE", "MODE"), help="no GPU work: analyse one trace")
     parser.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "profile-31b-step"))
     args = parser.parse_args()
@@ -181,22 +296,40 @@ def main() -> None:
     tiny = {k: str(v) for k, v in write_tiny_checkpoints(os.path.join(args.work_dir, "tiny")).items()}
     out_dir = os.path.dirname(os.path.abspath(args.out))
     report: dict = {
-        "what": "one DFLASH step, Gemma-4-31B shapes, dummy weights",
+        "what": "one DFLASH step, Gemma-4-31B shapes, dummy weights: unprofiled step time + profiled GPU breakdown",
         "batches": batches,
         "steps_profiled": args.steps,
         "categories": CATEGORIES,
+        "bandwidth_tbs": args.bandwidth_tbs,
+        "draft_bytes": DRAFT_BYTES,
+        "head_bytes": HEAD_BYTES,
+        "target_params": TARGET_PARAMS,
+        "versions": report_.versions(),
+        "hardware": report_.hardware(),
         "modes": {},
     }
+    if args.plain_reference:
+        with open(args.plain_reference) as f:
+            ref = json.load(f)
+        report["plain_reference_ms"] = {b: r.get("t_step_ms") for b, r in ref["modes"]["plain"].items()}
+        report["plain_reference_from"] = args.plain_reference
 
     def save() -> None:
+        summarise(report, args.bandwidth_tbs)
         with open(args.out, "w") as f:
             json.dump(report, f, indent=1)
 
     for mode in [m for m in args.modes.split(",") if m]:
         dflash = mode != "plain"
         extra = bench.dflash_args(paths["draft"], "triton") if dflash else []
-        env = {"SGLANG_PLUGINS": "some_other_name"} if mode == "dflash-noplugin" else None
-        rows = {}
+        env = {"SGLANG_GEMMA4_DFLASH_PREBUILD_SAMPLING": "0"}  # greedy only: no flashinfer sampling build
+        if mode == "dflash-noplugin":
+            env["SGLANG_PLUGINS"] = "some_other_name"
+        if mode == "dflash-eager-head":  # v2: the draft head stays out of the draft graph (the plugin's head runs)
+            env["SGLANG_DFLASH_EAGER_DRAFT_SAMPLER"] = "1"
+        rows: dict = {}
+        report["modes"][mode] = rows
+        started = time.time()
         try:
             with e2e.Server(
                 paths["target"],
@@ -205,29 +338,24 @@ def main() -> None:
                 ready_timeout=480,
                 log_path=os.path.join(out_dir, f"profile-{mode}.log"),
             ) as server:
+                rows["ready_s"] = round(time.time() - started, 1)
+                log(f"{mode}: ready in {rows['ready_s']} s")
                 for b in batches:
+                    row = bench.measure(server.base_url, [b])[str(b)]
+                    row["t_step_ms"] = step_time_ms(row, dflash)
+                    rows[str(b)] = row
                     trace = profile_once(server.base_url, b, args.steps, args.work_dir, f"{mode}-b{b}")
-                    rows[str(b)] = analyse(trace, dflash)
-                    log(f"{mode} batch {b}: {json.dumps(rows[str(b)])[:300]}")
+                    row["breakdown"] = analyse(trace, dflash)
+                    if args.trace_dir and b == 1:
+                        os.makedirs(args.trace_dir, exist_ok=True)
+                        shutil.copy(trace, os.path.join(args.trace_dir, os.path.basename(trace)))
+                    log(f"{mode} b={b}: t_step {row['t_step_ms']} ms; {json.dumps(row['breakdown'].get('median_ms'))}")
+                    save()
+                rows["server_info"] = e2e.spec_summary(e2e.server_info(server.base_url)).as_dict()
         except Exception as exc:  # recorded: a later mode may still run
-            rows["error"] = str(exc)[-4000:]
-        report["modes"][mode] = rows
+            rows["error"] = f"{type(exc).__name__}: {str(exc)[-4000:]}"
+            log(f"{mode}: FAILED {rows['error'][:300]}")
         save()
-
-    plain = report["modes"].get("plain", {})
-    for mode, rows in report["modes"].items():
-        for b, row in rows.items():
-            base = (plain.get(b) or {}).get("median_ms", {}).get("wall")
-            step = (row.get("median_ms") or {}).get("wall") if isinstance(row, dict) else None
-            if mode == "plain" or not base or not step:
-                continue
-            c = step / base
-            ideal = base + 1000 * (DRAFT_BYTES + HEAD_BYTES) / (args.bandwidth_tbs * 1e12)
-            row["c"] = round(c, 3)
-            row["ideal_step_ms"] = round(ideal, 3)
-            row["ideal_c"] = round(ideal / base, 3)
-            row.update({f"projected_speedup_at_{L}": round(L / c, 3) for L in (5.4, 6.46)})
-    save()
     log(f"wrote {args.out}")
 
 

@@ -1,0 +1,117 @@
+"""scripts/gpu/profile_31b_step.py's trace reading, on hand-built chrome traces shaped like the H200 ones (Python
+frames, CUDA runtime launches, kernels tied to them by correlation id). The GPU run itself is in docs/gpu_runs.md."""
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "gpu"))
+import profile_31b_step as profile  # noqa: E402
+
+V2_STEP = "sglang/srt/speculative/dflash_worker_v2.py(1366): forward_batch_generation"
+PLAIN_STEP = "sglang/srt/managers/tp_worker.py(622): forward_batch_generation"
+RUNNER = "sglang/srt/model_executor/model_runner.py(2890): forward"
+
+
+class Trace:
+    def __init__(self):
+        self.events, self.corr = [], 0
+
+    def frame(self, name, ts, dur, tid=1):
+        self.events.append({"ph": "X", "cat": "python_function", "name": name, "ts": ts, "dur": dur, "tid": tid})
+
+    def launch(self, ts, kernel_us, name="k", tid=1):
+        self.corr += 1
+        args = {"correlation": self.corr}
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": ts, "dur": 2,
+                            "tid": tid, "args": args})  # fmt: skip
+        # the kernel runs later, on the GPU's clock: only the correlation ties it to its launch
+        self.events.append({"ph": "X", "cat": "kernel", "name": name, "ts": ts + 5000, "dur": kernel_us, "tid": 7,
+                            "args": args})  # fmt: skip
+
+    def write(self, path: Path) -> str:
+        with gzip.open(path, "wt") as f:
+            json.dump({"traceEvents": self.events}, f)
+        return str(path)
+
+
+def dflash_trace(steps: int = 5) -> Trace:
+    """A v2-like DFLASH step every 10 ms: draft graph, eager head, target verify, draft KV append, accept."""
+    t = Trace()
+    for n in range(steps):
+        s = n * 10_000
+        t.frame(V2_STEP, s, 9_000)
+        t.frame(RUNNER, s + 100, 500)
+        t.launch(s + 200, 700, "draft_graph")
+        t.frame("sglang_gemma4_dflash/dflash/worker_hooks.py(60): greedy_sample", s + 700, 300)
+        t.frame("sglang_gemma4_dflash/head/greedy.py(270): greedy_token_ids", s + 710, 280)
+        t.launch(s + 800, 650, "head_gemm")
+        t.frame(PLAIN_STEP, s + 1_100, 6_000)  # the verify: the target worker inside the DFLASH step
+        t.frame(RUNNER, s + 1_200, 5_000)
+        t.launch(s + 1_300, 16_000 + n, "target_graph")  # n: the median must pick a middle step
+        t.frame("sglang/srt/speculative/dflash_worker_v2.py(1008): _append_target_hidden_to_draft_kv_by_loc",
+                s + 7_200, 500)  # fmt: skip
+        t.launch(s + 7_300, 90, "kv_write")
+        t.launch(s + 8_000, 30, "accept")  # directly under the step
+    return t
+
+
+def test_dflash_step_is_split_by_the_frames_that_launched_each_kernel(tmp_path):
+    result = profile.analyse(dflash_trace().write(tmp_path / "t.json.gz"), dflash=True)
+    assert result["steps_used"] == 3  # the first and last step may be cut by the profiler window
+    median = result["median_ms"]
+    assert median["draft"] == pytest.approx(0.7)
+    assert median["draft_head"] == pytest.approx(0.65)
+    assert median["target"] == pytest.approx(16.002)  # steps 1..3: 16.001, 16.002, 16.003
+    assert median["draft_kv"] == pytest.approx(0.09)
+    assert median["other"] == pytest.approx(0.03)
+    assert median["gpu_busy"] == pytest.approx(0.7 + 0.65 + 16.002 + 0.09 + 0.03)
+    assert median["profiled_wall"] == pytest.approx(10.0)
+    assert result["top_kernels"]["draft_head"][0]["kernel"] == "head_gemm"
+    assert "worker_hooks.py:greedy_sample > greedy.py:greedy_token_ids" in result["mean_ms_by_frames"]
+
+
+def test_plain_step_charges_the_forward_to_the_target_and_sampling_to_other(tmp_path):
+    t = Trace()
+    for n in range(4):
+        s = n * 20_000
+        t.frame(PLAIN_STEP, s, 19_000)
+        t.frame(RUNNER, s + 100, 17_000)
+        t.launch(s + 200, 16_500, "decode_graph")
+        t.frame("sglang/srt/layers/sampler.py(80): forward", s + 17_500, 100)
+        t.launch(s + 17_550, 9, "argmax")
+    median = profile.analyse(t.write(tmp_path / "p.json.gz"), dflash=False)["median_ms"]
+    assert median["target"] == pytest.approx(16.5)
+    assert median["other"] == pytest.approx(0.009)
+    assert median["draft"] == median["draft_head"] == median["draft_kv"] == 0.0
+
+
+def test_kernels_launched_outside_a_step_or_on_another_thread_are_not_charged(tmp_path):
+    t = dflash_trace()
+    t.launch(49_500, 5_000, "between_steps")  # after the last step frame ended
+    t.frame(V2_STEP, 10_000, 9_000, tid=2)  # another thread's frames do not wrap thread 1's launches
+    result = profile.analyse(t.write(tmp_path / "t.json.gz"), dflash=True)
+    assert result["median_ms"]["gpu_busy"] == pytest.approx(0.7 + 0.65 + 16.002 + 0.09 + 0.03)
+
+
+def test_too_few_steps_is_reported_not_raised(tmp_path):
+    result = profile.analyse(dflash_trace(steps=2).write(tmp_path / "t.json.gz"), dflash=True)
+    assert "only 2 worker steps" in result["error"]
+
+
+def test_summary_gives_c_the_ideal_and_the_projection_against_plain():
+    report = {
+        "modes": {
+            "plain": {"1": {"t_step_ms": 20.0, "breakdown": {"median_ms": {"gpu_busy": 19.0}}}},
+            "dflash": {"1": {"t_step_ms": 25.0, "breakdown": {"median_ms": {"gpu_busy": 23.5}}}},
+        }
+    }
+    profile.summarise(report, bandwidth_tbs=4.0)
+    row = report["modes"]["dflash"]["1"]
+    assert row["c"] == 1.25 and row["host_ms"] == 1.5
+    assert row["projected_speedup_at_6.46"] == pytest.approx(6.46 / 1.25, abs=1e-3)
+    assert row["ideal_step_ms"] == pytest.approx(20.0 + 1000 * (profile.DRAFT_BYTES + profile.HEAD_BYTES) / 4e12, 1e-3)
+    assert report["modes"]["plain"]["1"]["host_ms"] == 1.0 and "c" not in report["modes"]["plain"]["1"]
