@@ -2,7 +2,11 @@
 
     source scripts/gpu/setup_site.sh 0.5.16   # or 0.5.13
     python3 scripts/gpu/profile_31b_step.py --out $OUT/step_31b.json [--modes plain,dflash,dflash-noplugin]
-        [--batches 1,4,16] [--steps 8] [--trace-dir $OUT/traces]
+        [--batches 1,4,16] [--steps 8] [--trace-dir $OUT/traces] [--plain-reference EARLIER.json]
+
+Modes: plain; dflash (with the plugin); dflash-noplugin (SGLANG_PLUGINS without it); dflash-eager-head (v2 with
+SGLANG_DFLASH_EAGER_DRAFT_SAMPLER=1: the head runs outside the draft graph, through the plugin's head). Servers start
+with SGLANG_GEMMA4_DFLASH_PREBUILD_SAMPLING=0 (greedy only). Results of the H200 runs: docs/gpu_runs.md section 8.
 
 Same target, draft and server flags as bench_31b_dummy.py (decode CUDA graphs on, piecewise off). One server per
 mode; per batch size b, in that server:
@@ -224,7 +228,7 @@ def profile_once(base_url: str, batch: int, steps: int, trace_dir: str, tag: str
     out = os.path.join(trace_dir, tag)
     os.makedirs(out, exist_ok=True)
     body = {"output_dir": out, "num_steps": steps, "activities": ["CPU", "GPU"], "with_stack": True}
-    body.update(record_shapes=False, profile_id=tag)
+    body["record_shapes"] = False  # one directory per tag: no profile_id (0.5.13 has no such field)
     request = urllib.request.Request(
         base_url + "/start_profile", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
@@ -276,7 +280,7 @@ def summarise(report: dict, bandwidth_tbs: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", help="the JSON to write (required unless --analyse)")
     parser.add_argument("--modes", default="plain,dflash,dflash-noplugin")
     parser.add_argument("--batches", default="1,4,16")
     parser.add_argument("--steps", type=int, default=8)
@@ -291,6 +295,8 @@ def main() -> None:
     if args.analyse:
         print(json.dumps(analyse(args.analyse[0], args.analyse[1] != "plain"), indent=1))
         return
+    if not args.out:
+        parser.error("--out is required")
     batches = [int(b) for b in args.batches.split(",")]
     paths = bench.write_configs(args.work_dir)
     tiny = {k: str(v) for k, v in write_tiny_checkpoints(os.path.join(args.work_dir, "tiny")).items()}
@@ -311,7 +317,9 @@ def main() -> None:
     if args.plain_reference:
         with open(args.plain_reference) as f:
             ref = json.load(f)
-        report["plain_reference_ms"] = {b: r.get("t_step_ms") for b, r in ref["modes"]["plain"].items()}
+        report["plain_reference_ms"] = {
+            b: r["t_step_ms"] for b, r in ref["modes"]["plain"].items() if isinstance(r, dict) and "t_step_ms" in r
+        }
         report["plain_reference_from"] = args.plain_reference
 
     def save() -> None:
@@ -348,7 +356,7 @@ def main() -> None:
                     row["breakdown"] = analyse(trace, dflash)
                     if args.trace_dir and b == 1:
                         os.makedirs(args.trace_dir, exist_ok=True)
-                        shutil.copy(trace, os.path.join(args.trace_dir, os.path.basename(trace)))
+                        shutil.copy(trace, os.path.join(args.trace_dir, f"{mode}-b{b}.trace.json.gz"))
                     log(f"{mode} b={b}: t_step {row['t_step_ms']} ms; {json.dumps(row['breakdown'].get('median_ms'))}")
                     save()
                 rows["server_info"] = e2e.spec_summary(e2e.server_info(server.base_url)).as_dict()
