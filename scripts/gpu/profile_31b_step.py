@@ -43,6 +43,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from bisect import bisect_right
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -122,7 +123,7 @@ def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
     opener = gzip.open if trace_path.endswith(".gz") else open
     with opener(trace_path, "rt") as f:
         events = json.load(f)["traceEvents"]
-    launches, kernels, frames_by_tid, launches_by_tid = {}, [], defaultdict(list), defaultdict(list)
+    kernels, frames_by_tid, launches_by_tid = [], defaultdict(list), defaultdict(list)
     for e in events:
         if e.get("ph") != "X":
             continue
@@ -132,7 +133,6 @@ def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
         elif cat in ("cuda_runtime", "cuda_driver"):
             corr = (e.get("args") or {}).get("correlation")
             if corr is not None:
-                launches[corr] = e
                 launches_by_tid[e["tid"]].append(e)
         elif cat == "python_function":
             frames_by_tid[e["tid"]].append(e)
@@ -166,7 +166,7 @@ def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
             outer.append(s)
     if len(outer) < 3:
         return {"error": f"only {len(outer)} worker steps found in {os.path.basename(trace_path)}"}
-    index = {id(s): n for n, s in enumerate(outer)}
+    starts = [s["ts"] for s in outer]
     per_step = [defaultdict(float) for _ in outer]
     by_chain = defaultdict(float)
     by_kernel = defaultdict(lambda: [0.0, 0])
@@ -176,11 +176,9 @@ def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
         if found is None:
             continue
         step, chain = found
-        n = index.get(id(step))
-        if n is None:  # a nested step frame: find its outer step by time
-            n = max((j for j, s in enumerate(outer) if s["ts"] <= step["ts"]), default=None)
-            if n is None:
-                continue
+        n = bisect_right(starts, step["ts"]) - 1  # the outer step that holds this launch's step frame
+        if n < 0:
+            continue
         ms = k["dur"] / 1000.0
         cat = category(chain, dflash)
         per_step[n][cat] += ms
