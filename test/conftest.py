@@ -3,13 +3,21 @@
 On a machine without CUDA every test process runs SGLang with ``SGLANG_USE_CPU_ENGINE=1`` and the
 ``sgl_kernel`` stand-ins (see ``sglang_gemma4_dflash_testkit.cpu_standins``). Tests that need a real SGLang
 model take the ``sglang_tp1`` fixture. SGLang failing to import is an error here, never a skip.
+
+Without CUDA, Triton kernels run under Triton's interpreter: ``TRITON_INTERPRET=1`` must be set before Triton is
+first imported (``@triton.jit`` reads it, Triton's own library functions included), so it is set here, first.
 """
 
 import os
 import sys
 from pathlib import Path
 
-import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
 from sglang_gemma4_dflash_testkit import sglang_cpu as _sglang_cpu  # noqa: E402
 
 _sglang_cpu.use_cpu_engine()

@@ -1,0 +1,1 @@
+"""Attention for the DFLASH block: the kernel and where SGLang runs it."""

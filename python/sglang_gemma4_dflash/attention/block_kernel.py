@@ -1,0 +1,386 @@
+"""Attention of a block of query tokens per request over SGLang's paged KV cache (Triton).
+
+A DFLASH verify (or draft) step attends a block of ``q <= 32`` new tokens per request to the request's context.
+This kernel reads the context once per KV head: one program takes ``M_TILE`` rows of (block position, query head
+of that KV head) and one split of the context; a second pass merges the splits by log-sum-exp.
+
+Inputs follow SGLang's extend convention:
+- ``q [T, Hq, D]``, ``k_ext [T, Hkv, D]``, ``v_ext [T, Hkv, Dv]``: the block tokens of all requests; request ``b``
+  owns rows ``qo_indptr[b]:qo_indptr[b + 1]``.
+- ``k_buffer [slots, Hkv, D]``, ``v_buffer [slots, Hkv, Dv]``: the paged cache; request ``b``'s context is the
+  ``L_b = kv_indptr[b + 1] - kv_indptr[b]`` slots ``kv_indices[kv_indptr[b]:kv_indptr[b + 1]]``, the last ``L_b``
+  tokens before the block, in order.
+Query ``i`` of the block sees context token ``n`` iff ``L_b + i - n <= window`` (always when ``window < 0``) and
+block token ``j`` iff ``j <= i`` (when causal) and ``i - j <= window``.
+
+Shapes passed to the kernels depend only on the batch size and the model, never on lengths, so the launches can
+be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+MAX_BLOCK = 32  # the most block tokens per request the kernel takes
+
+
+@dataclass(frozen=True)
+class Tuning:
+    m_tile: int = 32  # rows (block position x query head) per program
+    block_n: int = 32  # context tokens per inner step
+    min_split: int = 256  # fewest context tokens worth a split of their own
+    programs: int = 264  # splits are added until about this many programs run (2 per SM on an H200)
+    max_splits: int = 32
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+def default_tuning(head_dim: int) -> Tuning:
+    if head_dim >= 512:
+        return Tuning(m_tile=32, block_n=32, num_warps=8, num_stages=2)
+    return Tuning(m_tile=32, block_n=64, num_warps=4, num_stages=2)
+
+
+@triton.jit
+def _split_plan(
+    ctx_len, WINDOW: tl.constexpr, NUM_SPLITS: tl.constexpr, MIN_SPLIT: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    """(first visible context token, tokens per split, splits used) of one request; both passes call it."""
+    lo = 0
+    if WINDOW >= 0:
+        lo = tl.maximum(ctx_len - WINDOW, 0)
+    span = ctx_len - lo
+    used = tl.minimum(tl.maximum((span + MIN_SPLIT - 1) // MIN_SPLIT, 1), NUM_SPLITS)
+    per_split = ((span + used - 1) // used + BLOCK_N - 1) // BLOCK_N * BLOCK_N
+    used = tl.maximum((span + per_split - 1) // tl.maximum(per_split, 1), 1)
+    return lo, per_split, used
+
+
+@triton.jit
+def _online_softmax_step(qk, visible, m_i, l_i, acc, v):
+    """Fold one tile of scores (log2 domain, ``visible`` masked out) and its values into (m, l, acc)."""
+    qk = tl.where(visible, qk, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(qk - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _block_attn_fwd(
+    Q,
+    K_ext,
+    V_ext,
+    K_buf,
+    V_buf,
+    O,
+    Mid_O,
+    Mid_LSE,
+    qo_indptr,
+    kv_indptr,
+    kv_indices,
+    qk_scale,  # sm_scale * k_scale * log2(e)
+    v_scale,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_kbt,
+    stride_kbh,
+    stride_vbt,
+    stride_vbh,
+    stride_ot,
+    stride_oh,
+    NUM_KV_HEADS: tl.constexpr,
+    G: tl.constexpr,  # query heads per KV head
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_Q: tl.constexpr,  # >= block tokens per request, >= 16
+    M_TILE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    MIN_SPLIT: tl.constexpr,
+    WINDOW: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DIRECT: tl.constexpr,  # one split: write the normalised output, no second pass
+):
+    chunk = tl.program_id(0)
+    req = tl.program_id(1) // NUM_KV_HEADS
+    kv_head = tl.program_id(1) % NUM_KV_HEADS
+    split = tl.program_id(2)
+
+    q_start = tl.load(qo_indptr + req)
+    n_q = tl.load(qo_indptr + req + 1) - q_start
+    kv_start = tl.load(kv_indptr + req)
+    ctx_len = tl.load(kv_indptr + req + 1) - kv_start
+    lo, per_split, used = _split_plan(ctx_len, WINDOW, NUM_SPLITS, MIN_SPLIT, BLOCK_N)
+    if split >= used or chunk * M_TILE >= n_q * G:
+        return
+
+    rows = chunk * M_TILE + tl.arange(0, M_TILE)
+    pos = rows // G  # block position of each row
+    head = kv_head * G + rows % G
+    row_ok = pos < n_q
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    d_ok = offs_d < D
+    dv_ok = offs_dv < DV
+
+    q = tl.load(
+        Q + (q_start + pos)[:, None].to(tl.int64) * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+    m_i = tl.full([M_TILE], float("-inf"), tl.float32)
+    l_i = tl.zeros([M_TILE], tl.float32)
+    acc = tl.zeros([M_TILE, BLOCK_DV], tl.float32)
+
+    # The context: tokens [start, end) of the visible span.
+    start = lo + split * per_split
+    end = tl.minimum(start + per_split, ctx_len)
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < end
+        slot = tl.load(kv_indices + kv_start + offs_n, mask=n_ok, other=0).to(tl.int64)
+        k = tl.load(
+            K_buf + slot[None, :] * stride_kbt + kv_head * stride_kbh + offs_d[:, None],
+            mask=n_ok[None, :] & d_ok[:, None],
+            other=0.0,
+        )
+        qk = tl.dot(q, k.to(q.dtype)) * qk_scale
+        visible = row_ok[:, None] & n_ok[None, :]
+        if WINDOW >= 0:
+            visible &= (ctx_len + pos)[:, None] - offs_n[None, :] <= WINDOW
+        v = tl.load(
+            V_buf + slot[:, None] * stride_vbt + kv_head * stride_vbh + offs_dv[None, :],
+            mask=n_ok[:, None] & dv_ok[None, :],
+            other=0.0,
+        )
+        m_i, l_i, acc = _online_softmax_step(qk, visible, m_i, l_i, acc, v.to(q.dtype))
+
+    # The block's own tokens, in the last split.
+    if split == used - 1:
+        offs_j = tl.arange(0, BLOCK_Q)
+        j_ok = offs_j < n_q
+        k = tl.load(
+            K_ext + (q_start + offs_j)[None, :].to(tl.int64) * stride_kt + kv_head * stride_kh + offs_d[:, None],
+            mask=j_ok[None, :] & d_ok[:, None],
+            other=0.0,
+        )
+        qk = tl.dot(q, k.to(q.dtype)) * qk_scale
+        visible = row_ok[:, None] & j_ok[None, :]
+        if CAUSAL:
+            visible &= offs_j[None, :] <= pos[:, None]
+        if WINDOW >= 0:
+            visible &= pos[:, None] - offs_j[None, :] <= WINDOW
+        v = tl.load(
+            V_ext + (q_start + offs_j)[:, None].to(tl.int64) * stride_vt + kv_head * stride_vh + offs_dv[None, :],
+            mask=j_ok[:, None] & dv_ok[None, :],
+            other=0.0,
+        )
+        m_i, l_i, acc = _online_softmax_step(qk, visible, m_i, l_i, acc, v.to(q.dtype))
+
+    if DIRECT:
+        out = acc * (v_scale / tl.where(l_i == 0.0, 1.0, l_i))[:, None]
+        tl.store(
+            O + (q_start + pos)[:, None].to(tl.int64) * stride_ot + head[:, None] * stride_oh + offs_dv[None, :],
+            out.to(O.dtype.element_ty),
+            mask=row_ok[:, None] & dv_ok[None, :],
+        )
+    else:
+        # Mid_O [B, Hkv, NUM_SPLITS, rows, BLOCK_DV], Mid_LSE [B, Hkv, NUM_SPLITS, rows]; rows = G * BLOCK_Q
+        base = (tl.program_id(1) * NUM_SPLITS + split).to(tl.int64) * (G * BLOCK_Q)
+        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(tl.where(l_i == 0.0, 1.0, l_i)))
+        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+        tl.store(Mid_O + (base + rows)[:, None] * BLOCK_DV + offs_dv[None, :], out, mask=row_ok[:, None])
+        tl.store(Mid_LSE + base + rows, lse, mask=row_ok)
+
+
+@triton.jit
+def _block_attn_reduce(
+    O,
+    Mid_O,
+    Mid_LSE,
+    qo_indptr,
+    kv_indptr,
+    v_scale,
+    stride_ot,
+    stride_oh,
+    NUM_KV_HEADS: tl.constexpr,
+    G: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    MIN_SPLIT: tl.constexpr,
+    WINDOW: tl.constexpr,
+):
+    req = tl.program_id(0)
+    q_head = tl.program_id(1)
+    pos = tl.program_id(2)
+    q_start = tl.load(qo_indptr + req)
+    if pos >= tl.load(qo_indptr + req + 1) - q_start:
+        return
+    ctx_len = tl.load(kv_indptr + req + 1) - tl.load(kv_indptr + req)
+    _, _, used = _split_plan(ctx_len, WINDOW, NUM_SPLITS, MIN_SPLIT, BLOCK_N)
+
+    kv_head = q_head // G
+    row = pos * G + q_head % G
+    offs_dv = tl.arange(0, BLOCK_DV)
+    base = (req * NUM_KV_HEADS + kv_head).to(tl.int64) * NUM_SPLITS * (G * BLOCK_Q) + row
+    m = float("-inf")
+    total = 0.0
+    acc = tl.zeros([BLOCK_DV], tl.float32)
+    for split in range(0, used):
+        lse = tl.load(Mid_LSE + base + split * (G * BLOCK_Q))
+        part = tl.load(Mid_O + (base + split * (G * BLOCK_Q)) * BLOCK_DV + offs_dv)
+        m_new = tl.maximum(m, lse)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        scale_old = tl.exp2(m - m_safe)
+        weight = tl.exp2(lse - m_safe)
+        acc = acc * scale_old + weight * part
+        total = total * scale_old + weight
+        m = m_new
+    out = acc * (v_scale / tl.where(total == 0.0, 1.0, total))
+    tl.store(
+        O + (q_start + pos).to(tl.int64) * stride_ot + q_head * stride_oh + offs_dv,
+        out.to(O.dtype.element_ty),
+        mask=offs_dv < DV,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def num_splits(batch: int, num_kv_heads: int, row_chunks: int, tuning: Tuning, device: torch.device) -> int:
+    """Static split count for a launch: enough programs to fill the GPU at this batch size (lengths ignored)."""
+    programs = tuning.programs
+    if device.type == "cuda":
+        programs = 2 * _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    per_split = max(1, batch * num_kv_heads * row_chunks)
+    return max(1, min(tuning.max_splits, triton.cdiv(programs, per_split)))
+
+
+def block_attention(
+    q: torch.Tensor,
+    k_ext: torch.Tensor,
+    v_ext: torch.Tensor,
+    o: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    *,
+    max_block: int,
+    causal: bool,
+    sm_scale: float,
+    window: int = -1,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    tuning: Tuning | None = None,
+    splits: int | None = None,
+) -> torch.Tensor:
+    """Write into ``o`` the attention of each request's block (at most ``max_block`` tokens) over its context.
+
+    ``window``: the layer's sliding window as SGLang gives it (a query sees keys at most ``window`` positions
+    back), or -1. ``splits`` overrides the static split count (tests)."""
+    batch = qo_indptr.numel() - 1
+    num_heads, head_dim = q.shape[1], q.shape[2]
+    num_kv_heads, v_dim = k_buffer.shape[1], v_buffer.shape[2]
+    if not 1 <= max_block <= MAX_BLOCK:
+        raise ValueError(f"block_attention: max_block={max_block}, must be in [1, {MAX_BLOCK}]")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"block_attention: {num_heads} query heads do not group over {num_kv_heads} KV heads")
+    group = num_heads // num_kv_heads
+    tuning = tuning or default_tuning(head_dim)
+    block_q = max(16, triton.next_power_of_2(max_block))
+    m_tile = max(16, min(tuning.m_tile, triton.next_power_of_2(group * max_block)))
+    row_chunks = triton.cdiv(group * max_block, m_tile)
+    n_splits = splits or num_splits(batch, num_kv_heads, row_chunks, tuning, q.device)
+    block_dv = triton.next_power_of_2(v_dim)
+    direct = n_splits == 1
+    if direct:
+        mid_o = mid_lse = o  # unused
+    else:
+        rows = group * block_q
+        mid_o = torch.empty((batch, num_kv_heads, n_splits, rows, block_dv), dtype=torch.float32, device=q.device)
+        mid_lse = torch.empty((batch, num_kv_heads, n_splits, rows), dtype=torch.float32, device=q.device)
+    common = dict(
+        NUM_KV_HEADS=num_kv_heads,
+        G=group,
+        BLOCK_Q=block_q,
+        BLOCK_N=tuning.block_n,
+        NUM_SPLITS=n_splits,
+        MIN_SPLIT=tuning.min_split,
+        WINDOW=int(window),
+    )
+    _block_attn_fwd[(row_chunks, batch * num_kv_heads, n_splits)](
+        q,
+        k_ext,
+        v_ext,
+        k_buffer,
+        v_buffer,
+        o,
+        mid_o,
+        mid_lse,
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        float(sm_scale) * float(k_scale) * LOG2E,
+        float(v_scale),
+        q.stride(0),
+        q.stride(1),
+        k_ext.stride(0),
+        k_ext.stride(1),
+        v_ext.stride(0),
+        v_ext.stride(1),
+        k_buffer.stride(0),
+        k_buffer.stride(1),
+        v_buffer.stride(0),
+        v_buffer.stride(1),
+        o.stride(0),
+        o.stride(1),
+        D=head_dim,
+        DV=v_dim,
+        BLOCK_D=triton.next_power_of_2(head_dim),
+        BLOCK_DV=block_dv,
+        M_TILE=m_tile,
+        CAUSAL=bool(causal),
+        DIRECT=direct,
+        num_warps=tuning.num_warps,
+        num_stages=tuning.num_stages,
+        **common,
+    )
+    if not direct:
+        _block_attn_reduce[(batch, num_heads, max_block)](
+            o,
+            mid_o,
+            mid_lse,
+            qo_indptr,
+            kv_indptr,
+            float(v_scale),
+            o.stride(0),
+            o.stride(1),
+            DV=v_dim,
+            BLOCK_DV=block_dv,
+            num_warps=4 if block_dv >= 256 else 2,
+            **common,
+        )
+    return o

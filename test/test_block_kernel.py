@@ -1,0 +1,156 @@
+"""The block-attention kernel against an fp32 torch reference and against SGLang's own extend kernel.
+
+On CPU the kernels run under Triton's interpreter (conftest sets ``TRITON_INTERPRET=1``); on a GPU they compile.
+Shapes are small but keep Gemma 4's structure: GQA groups of 2 (sliding) and 8 (global), head dims 128/256/512,
+K = V global layers, sliding windows given as SGLang gives them (the last ``min(len, window)`` context tokens) and as
+whole contexts, blocks at the start of a context, ragged batches.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from sglang_gemma4_dflash.attention import block_kernel
+from sglang_gemma4_dflash_testkit.block_attention_ref import make_case, reference
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def run_kernel(case, **kwargs) -> torch.Tensor:
+    args = case.kernel_args()  # output poisoned with NaN
+    block_kernel.block_attention(
+        *args,
+        max_block=case.max_block,
+        causal=case.causal,
+        sm_scale=case.sm_scale,
+        window=case.window,
+        **kwargs,
+    )
+    return args[3]
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    assert not torch.isnan(out).any(), "an output element was not written"
+    return ((out.float() - ref).norm() / ref.norm()).item()
+
+
+def window_lists(lengths: list[int], window: int) -> list[int]:
+    """What SGLang's triton backend passes for a sliding layer: at most ``window`` context tokens."""
+    return [min(n, window) for n in lengths]
+
+
+CASES = {
+    # name: (context lengths, block lengths, kwargs of make_case)
+    "global-k=v-512": ([70, 0, 33], [16, 16, 16], dict(num_heads=8, num_kv_heads=1, head_dim=512, k_eq_v=True)),
+    "sliding-256-window-lists": (
+        window_lists([5, 24, 25, 90], 24),
+        [16, 16, 16, 16],
+        dict(num_heads=4, num_kv_heads=2, head_dim=256, window=24),
+    ),
+    "sliding-whole-contexts": (
+        [23, 24, 25, 61],
+        [16, 16, 16, 16],
+        dict(num_heads=4, num_kv_heads=2, head_dim=32, window=24),
+    ),
+    "draft-128-noncausal": ([40, 130], [16, 16], dict(num_heads=8, num_kv_heads=1, head_dim=128, causal=False)),
+    "draft-128-window-noncausal": (
+        [40, 130],
+        [16, 16],
+        dict(num_heads=8, num_kv_heads=1, head_dim=128, causal=False, window=30),
+    ),
+    "ragged-blocks": ([0, 1, 37, 300, 5], [1, 5, 16, 0, 32], dict(num_heads=6, num_kv_heads=2, head_dim=64)),
+    "gemma-scaling-1": ([50], [16], dict(num_heads=4, num_kv_heads=2, head_dim=64, sm_scale=1.0 / 16)),
+    "small-window": ([9, 40], [8, 8], dict(num_heads=2, num_kv_heads=1, head_dim=16, window=3)),
+    "no-group": ([19, 20], [3, 16], dict(num_heads=2, num_kv_heads=2, head_dim=48, v_dim=80)),
+}
+
+
+@pytest.mark.parametrize("splits", [1, 3, None], ids=["one-split", "three-splits", "auto-splits"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_reference_fp32(name, splits):
+    ctx, blocks, kwargs = CASES[name]
+    case = make_case(ctx, blocks, device=DEVICE, seed=len(name), **kwargs)
+    tuning = block_kernel.Tuning(min_split=16, block_n=16)  # several splits even for these short contexts
+    err = rel_err(run_kernel(case, splits=splits, tuning=tuning), reference(case))
+    assert err < (1e-5 if DEVICE == "cpu" else 5e-3), f"{name}: relative error {err:.2e}"
+
+
+def test_scales_and_default_tuning():
+    case = make_case([100, 3], [16, 16], num_heads=4, num_kv_heads=2, head_dim=64, device=DEVICE, seed=7)
+    out = torch.empty_like(case.q)
+    block_kernel.block_attention(
+        *case.kernel_args()[:3],
+        out,
+        *case.kernel_args()[4:],
+        max_block=16,
+        causal=True,
+        sm_scale=case.sm_scale,
+        k_scale=0.5,
+        v_scale=2.0,
+    )
+    assert rel_err(out, reference(case, k_scale=0.5, v_scale=2.0)) < (1e-5 if DEVICE == "cpu" else 5e-3)
+
+
+def test_blocks_shorter_than_max_block_leave_other_rows_alone():
+    """A request with fewer block tokens than ``max_block`` writes only its own rows."""
+    case = make_case([10, 10], [4, 16], num_heads=2, num_kv_heads=1, head_dim=16, device=DEVICE, seed=3)
+    out = run_kernel(case, splits=2, tuning=block_kernel.Tuning(min_split=16, block_n=16))
+    assert out.shape[0] == 20 and rel_err(out, reference(case)) < 1e-3
+
+
+@pytest.mark.parametrize("window", [-1, 20])
+@pytest.mark.parametrize("causal", [True, False])
+def test_matches_sglang_extend_kernel(causal, window):
+    """Same arguments, same answer as SGLang's own extend kernel (the one the kernel stands in for)."""
+    from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
+
+    case = make_case(
+        [100, 7, 0, 21],
+        [16, 3, 5, 16],
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=32,
+        causal=causal,
+        window=window,
+        device=DEVICE,
+        seed=11,
+    )
+    ours = run_kernel(case, splits=3, tuning=block_kernel.Tuning(min_split=16, block_n=16))
+    args = case.kernel_args()
+    extend_attention_fwd(
+        *args, None, causal, None, case.max_block, 1.0, 1.0, sm_scale=case.sm_scale, sliding_window_size=window
+    )
+    upstream = args[3]
+    assert rel_err(ours, upstream.float()) < (1e-5 if DEVICE == "cpu" else 5e-3)
+
+
+HALF = [torch.float16, torch.bfloat16] if DEVICE == "cuda" else [torch.float16]  # the interpreter garbles bf16
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_precision_close_to_reference(dtype):
+    """(Triton 3.8's interpreter returns garbage for bf16 loads, SGLang's own extend kernel's too: bf16 runs on
+    GPUs only.)"""
+    case = make_case([64, 17], [16, 16], num_heads=8, num_kv_heads=1, head_dim=128, dtype=dtype, device=DEVICE, seed=5)
+    err = rel_err(run_kernel(case, splits=2, tuning=block_kernel.Tuning(min_split=16, block_n=16)), reference(case))
+    assert err < 1e-2, f"relative error {err:.2e} in {dtype}"
+
+
+def test_bad_arguments_are_named():
+    case = make_case([4], [16], num_heads=3, num_kv_heads=2, head_dim=16, device=DEVICE)
+    with pytest.raises(ValueError, match="3 query heads"):
+        run_kernel(case)
+    case = make_case([4], [16], num_heads=2, num_kv_heads=1, head_dim=16, device=DEVICE)
+    for bad in (0, 33):
+        with pytest.raises(ValueError, match=f"max_block={bad}"):
+            block_kernel.block_attention(*case.kernel_args(), max_block=bad, causal=True, sm_scale=1.0)
+
+
+def test_split_count_depends_on_shapes_only():
+    """The static split count (a CUDA graph's grid) comes from the batch and the heads, never from lengths."""
+    tuning = block_kernel.Tuning(programs=264, max_splits=32)
+    cpu = torch.device("cpu")
+    assert block_kernel.num_splits(1, 4, 4, tuning, cpu) == 17
+    assert block_kernel.num_splits(16, 4, 4, tuning, cpu) == 2
+    assert block_kernel.num_splits(64, 16, 1, tuning, cpu) == 1
+    assert block_kernel.num_splits(1, 1, 1, tuning, cpu) == 32
