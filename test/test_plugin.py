@@ -44,7 +44,14 @@ PROBE = textwrap.dedent(
         return False
 
     worker = resolve(probe().workers[0].path)
+    from sglang_gemma4_dflash import compat
+    from sglang_gemma4_dflash.attention import backend_hooks
+    block_hooks = [
+        compat.hook_in_place(compat.TRITON_BACKEND + ".__init__", backend_hooks.init_backend),
+        compat.hook_in_place(compat.TRITON_BACKEND + ".forward_extend", backend_hooks.route_verify),
+    ]
     print(json.dumps({
+        "block_hooks": block_hooks,
         "causal_ours": ours(Gemma4ForCausalLM, "model"),
         "mm_ours": ours(Gemma4ForConditionalGeneration, "language_model"),
         "hook_counts": {t: len(h) for t, h in HookRegistry._hooks.items()},
@@ -83,6 +90,16 @@ def test_load_plugins_installs_every_change_once():
     info_lines = [line for line in log.splitlines() if "sglang-gemma4-dflash" in line and "installed:" in line]
     assert len(info_lines) == 1, log[-3000:]
     assert "left to upstream:" in info_lines[0]
+    assert result["block_hooks"] == [True, True]
+    assert info_lines[0].endswith("block attention kernel on")
+
+
+def test_block_attention_switch_leaves_the_triton_backend_alone():
+    result, log = run_probe(SGLANG_GEMMA4_DFLASH_BLOCK_ATTENTION="0")
+    assert result["worker_wrapped"]  # the rest of the plugin is there
+    assert result["block_hooks"] == [False, False]
+    info = [line for line in log.splitlines() if "installed:" in line][0]
+    assert "verify and draft block attention" in info and info.endswith("block attention kernel off")
 
 
 def test_sglang_plugins_whitelist_switches_it_off():
@@ -135,6 +152,7 @@ def test_on_sglang_0_5_13_the_v1_worker_gets_the_capture_method_and_its_draft_st
     assert result["worker"] == "v1"
     assert result["causal_ours"] and result["mm_ours"]  # added: 0.5.13 has no capture method of its own
     assert result["worker_wrapped"] and result["v1_step_wrapped"]
+    assert result["block_hooks"] == [True, True]
     assert any(
         "add models.gemma4_causal.Gemma4ForCausalLM.set_dflash_layers_to_capture" in line for line in log.splitlines()
     ), log[-3000:]

@@ -39,6 +39,10 @@ GEMMA4_TARGETS = (
 )
 GEMMA4_SUBCLASS_TARGETS = ("sglang.srt.models.gemma4_unified.Gemma4UnifiedForConditionalGeneration",)
 
+TRITON_BACKEND = "sglang.srt.layers.attention.triton_backend.TritonAttnBackend"
+DFLASH_DRAFT = "sglang.srt.models.dflash.DFlashDraftModel"
+DFLASH_VERIFY_INPUT = "sglang.srt.speculative.dflash_info.DFlashVerifyInput"
+
 
 @dataclass(frozen=True)
 class TargetClass:
@@ -59,6 +63,7 @@ class SGLangFeatures:
     workers: tuple[WorkerClass, ...]  # every DFlash worker class this SGLang ships (none: no DFlash)
     targets: tuple[TargetClass, ...]  # Gemma 4 target classes present in this SGLang
     subclass_targets: tuple[str, ...]  # present subclasses that inherit from a target
+    triton_backend: bool = False  # SGLang's triton attention backend (Gemma 4's, for target and draft)
 
     @property
     def worker(self) -> str | None:
@@ -116,6 +121,7 @@ def probe() -> SGLangFeatures:
         workers=workers,
         targets=tuple(targets),
         subclass_targets=subclasses,
+        triton_backend=resolve(TRITON_BACKEND) is not None,
     )
 
 
@@ -193,6 +199,28 @@ def gemma4_target_classes() -> tuple[type, ...]:
 def is_gemma4_target(model) -> bool:
     """True for an instance of any Gemma 4 target class of the installed SGLang."""
     return isinstance(model, gemma4_target_classes())
+
+
+@functools.lru_cache(maxsize=None)
+def _class(path: str):
+    return resolve(path)
+
+
+def runs_dflash(model_runner) -> bool:
+    """Whether a model runner belongs to a DFLASH server (``spec_algorithm.is_dflash()``; target or draft)."""
+    is_dflash = getattr(getattr(model_runner, "spec_algorithm", None), "is_dflash", None)
+    return bool(is_dflash is not None and is_dflash())
+
+
+def is_dflash_draft(model) -> bool:
+    cls = _class(DFLASH_DRAFT)
+    return cls is not None and isinstance(model, cls)
+
+
+def is_dflash_verify_input(spec_info) -> bool:
+    """A DFLASH verify's spec info (its verify mask, where a line builds one, is causal over the block)."""
+    cls = _class(DFLASH_VERIFY_INPUT)
+    return cls is not None and type(spec_info) is cls
 
 
 def target_model_of(worker):

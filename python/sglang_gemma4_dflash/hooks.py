@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 from sglang_gemma4_dflash import compat
+from sglang_gemma4_dflash.attention import backend_hooks
 from sglang_gemma4_dflash.compat import SGLangFeatures
 from sglang_gemma4_dflash.dflash import worker_hooks
 from sglang_gemma4_dflash.gemma4 import capture
 
 ADD, AROUND = "add", "around"
+BLOCK_ATTENTION = "block attention"
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Change:
     why: str
     piece: str  # the changes of one piece are installed together or not at all
     binds: tuple[str, ...] = ()  # parameters of the target the hook passes or reads by name
+    required: bool = True  # a DFLASH start with a Gemma 4 target is refused without it (False: speed only)
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,36 @@ def plan(features: SGLangFeatures) -> tuple[list[Change], list[Upstream]]:
             left.append(Upstream(f"{name} (draft model, KV, verification)", "works for Gemma 4 as is"))
     if not features.workers:
         left.append(Upstream("DFlash worker", f"SGLang {features.version} has no DFLASH worker: nothing to patch"))
+    elif features.triton_backend and not backend_hooks.enabled():
+        left.append(Upstream("verify and draft block attention", f"{backend_hooks.ENV}=0"))
+    elif features.triton_backend:
+        piece = BLOCK_ATTENTION
+        why = (
+            "a Gemma 4 DFLASH target's verify and its draft's block (TARGET_VERIFY mode) run the plugin's block "
+            "attention kernel instead of SGLang's extend kernel"
+        )
+        changes.append(
+            Change(
+                f"{compat.TRITON_BACKEND}.__init__",
+                AROUND,
+                backend_hooks.init_backend,
+                why,
+                piece,
+                ("model_runner",),
+                required=False,
+            )
+        )
+        changes.append(
+            Change(
+                f"{compat.TRITON_BACKEND}.forward_extend",
+                AROUND,
+                backend_hooks.route_verify,
+                why,
+                piece,
+                ("forward_batch",),
+                required=False,
+            )
+        )
     return changes, left
 
 
@@ -164,4 +197,6 @@ def describe(changes: list[Change], left: list[Upstream], skipped: list[Skipped]
     text = f"installed: {installed}; left to upstream: {upstream}"
     if skipped:
         text += "; NOT installed: " + ", ".join(f"{s.piece} ({s.problem})" for s in skipped)
+    on = any(c.piece == BLOCK_ATTENTION for c in changes)
+    text += f"; block attention kernel {'on' if on else 'off'}"
     return text

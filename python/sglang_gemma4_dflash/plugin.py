@@ -56,13 +56,16 @@ def register() -> list[hooks.Change]:
             HookRegistry.register(change.target, change.impl, HookType.AROUND)
         else:
             raise ValueError(f"unknown change kind {change.how!r} for {change.target}")
+    required = {c.piece for c in planned if c.required}
     for piece in skipped:
         logger.warning(
-            "sglang-gemma4-dflash: %s NOT installed on SGLang %s: %s. A DFLASH start with a Gemma 4 target "
-            "will be refused.",
+            "sglang-gemma4-dflash: %s NOT installed on SGLang %s: %s. %s",
             piece.piece,
             features.version,
             piece.problem,
+            "A DFLASH start with a Gemma 4 target will be refused."
+            if piece.piece in required
+            else "SGLang's own path runs instead.",
         )
 
     _announce(
@@ -82,7 +85,7 @@ def require_in_place() -> None:
     skipped = {s.piece: s.problem for s in _skipped}
     missing = []
     for change in _planned:
-        if compat.hook_in_place(change.target, change.impl):
+        if not change.required or compat.hook_in_place(change.target, change.impl):
             continue
         reason = skipped.get(change.piece, "registered, but SGLang's HookRegistry did not apply it (see its log)")
         missing.append(f"{change.how} {change.target} ({change.why}): {reason}")
