@@ -104,14 +104,38 @@ def test_too_few_steps_is_reported_not_raised(tmp_path):
 
 def test_summary_gives_c_the_ideal_and_the_projection_against_plain():
     report = {
-        "modes": {
-            "plain": {"1": {"t_step_ms": 20.0, "breakdown": {"median_ms": {"gpu_busy": 19.0}}}},
-            "dflash": {"1": {"t_step_ms": 25.0, "breakdown": {"median_ms": {"gpu_busy": 23.5}}}},
-        }
-    }
+        "rows": [
+            {"mode": "plain", "prompt_len": 2048, "batch": 1, "t_step_ms": 20.0,
+             "breakdown": {"median_ms": {"gpu_busy": 19.0}}},
+            {"mode": "dflash", "prompt_len": 2048, "batch": 1, "t_step_ms": 25.0,
+             "breakdown": {"median_ms": {"gpu_busy": 23.5}}},
+            {"mode": "dflash", "prompt_len": 8192, "batch": 1, "t_step_ms": 30.0},  # no plain row at 8192
+        ]
+    }  # fmt: skip
     profile.summarise(report, bandwidth_tbs=4.0)
-    row = report["modes"]["dflash"]["1"]
+    plain, row, alone = report["rows"]
     assert row["c"] == 1.25 and row["host_ms"] == 1.5
     assert row["projected_speedup_at_6.46"] == pytest.approx(6.46 / 1.25, abs=1e-3)
     assert row["ideal_step_ms"] == pytest.approx(20.0 + 1000 * (profile.DRAFT_BYTES + profile.HEAD_BYTES) / 4e12, 1e-3)
-    assert report["modes"]["plain"]["1"]["host_ms"] == 1.0 and "c" not in report["modes"]["plain"]["1"]
+    assert plain["host_ms"] == 1.0 and "c" not in plain
+    assert "c" not in alone  # c only against plain at the same prompt length and batch
+    report["plain_reference_ms"] = {(8192, 1): 24.0}
+    profile.summarise(report, bandwidth_tbs=4.0)
+    assert alone["c"] == 1.25
+
+
+def test_attention_kernels_are_summed_per_category(tmp_path):
+    t = Trace()
+    for n in range(4):
+        s = n * 10_000
+        t.frame(V2_STEP, s, 9_000)
+        t.frame(RUNNER, s + 100, 500)
+        t.launch(s + 200, 40, "_block_attn_fwd")  # the draft's block attention
+        t.launch(s + 250, 300, "draft_gemm")
+        t.frame(PLAIN_STEP, s + 1_100, 6_000)
+        t.frame(RUNNER, s + 1_200, 5_000)
+        t.launch(s + 1_300, 200, "_block_attn_fwd")
+        t.launch(s + 1_400, 20, "_block_attn_reduce")
+        t.launch(s + 1_500, 15_000, "gemm")
+    result = profile.analyse(t.write(tmp_path / "a.json.gz"), dflash=True)
+    assert result["attention_ms"] == {"target": pytest.approx(0.22), "draft": pytest.approx(0.04)}

@@ -122,10 +122,10 @@ def write_configs(root: str) -> dict:
     return {"target": target, "draft": draft}
 
 
-def server_args(tokenizer_dir: str, max_bs: int, piecewise: bool) -> list[str]:
+def server_args(tokenizer_dir: str, max_bs: int, piecewise: bool, context_length: int = 4096) -> list[str]:
     # SGLang's warm-up sends an image to a multimodal target; the wrapper's tiny vision tower is not built for
     # that (it crashed the first run) and decode never needs it: requests carry token ids.
-    args = ["--load-format", "dummy", "--tokenizer-path", tokenizer_dir, "--context-length", "4096"]
+    args = ["--load-format", "dummy", "--tokenizer-path", tokenizer_dir, "--context-length", str(context_length)]
     args += ["--skip-server-warmup"]
     return args + e2e.gpu_server_args(max_bs, mem_fraction=0.85, piecewise=piecewise)
 
@@ -134,22 +134,29 @@ def dflash_args(draft: str, backend: str) -> list[str]:
     return e2e.dflash_args(draft, 16, backend) + ["--speculative-draft-load-format", "dummy"]
 
 
-def timed_batch(base_url: str, batch: int, new_tokens: int) -> tuple[float, list[e2e.Generation]]:
+def timed_batch(
+    base_url: str, batch: int, new_tokens: int, prompt_len: int = PROMPT_LEN
+) -> tuple[float, list[e2e.Generation]]:
     # the same prompts for every run at this batch size: after the warm-up all of them are in the prefix cache, so
     # short and long runs pay the same (tiny) prefill
-    prompts = e2e.token_prompts(TINY.vocab_size, [PROMPT_LEN] * batch, seed=batch, low=TINY.num_special_tokens)
+    prompts = prompts_for(batch, prompt_len)
     start = time.perf_counter()
     outs = e2e.generate_many(base_url, prompts, new_tokens, concurrency=batch, timeout=600, ignore_eos=True)
     return time.perf_counter() - start, outs
 
 
-def measure(base_url: str, batches: list[int], repeats: int = 2) -> dict:
+def prompts_for(batch: int, prompt_len: int) -> list[list[int]]:
+    """The same token-id prompts for every run at this shape, so all runs after the first hit the prefix cache."""
+    return e2e.token_prompts(TINY.vocab_size, [prompt_len] * batch, seed=batch, low=TINY.num_special_tokens)
+
+
+def measure(base_url: str, batches: list[int], repeats: int = 2, prompt_len: int = PROMPT_LEN) -> dict:
     """Per batch size: one warm-up, then the fastest of `repeats` runs at N_SHORT and at N_LONG new tokens."""
     rows = {}
     for b in batches:
-        timed_batch(base_url, b, N_SHORT)  # warm-up: first use of this batch shape (graphs, kernel autotuning)
-        t_short = min(timed_batch(base_url, b, N_SHORT)[0] for _ in range(repeats))
-        runs = [timed_batch(base_url, b, N_LONG) for _ in range(repeats)]
+        timed_batch(base_url, b, N_SHORT, prompt_len)  # warm-up: prefill, first use of this batch shape
+        t_short = min(timed_batch(base_url, b, N_SHORT, prompt_len)[0] for _ in range(repeats))
+        runs = [timed_batch(base_url, b, N_LONG, prompt_len) for _ in range(repeats)]
         t_long, outs = min(runs, key=lambda run: run[0])
         if t_long <= t_short:  # noise larger than the signal: report it rather than a meaningless rate
             rows[str(b)] = {

@@ -1,15 +1,19 @@
 """Where one DFLASH step's time goes, Gemma-4-31B shapes, dummy weights, one GPU.
 
-    source scripts/gpu/setup_site.sh 0.5.16   # or 0.5.13
+    source scripts/gpu/setup_site.sh 0.5.17   # or 0.5.13, 0.5.16
     python3 scripts/gpu/profile_31b_step.py --out $OUT/step_31b.json [--modes plain,dflash,dflash-noplugin]
-        [--batches 1,4,16] [--steps 8] [--trace-dir $OUT/traces] [--plain-reference EARLIER.json]
+        [--prompt-lens 64,2048,8192] [--context-length N] [--batches 1,4,16] [--profile-batches 1,4,16]
+        [--steps 8] [--trace-dir $OUT/traces] [--plain-reference EARLIER.json]
 
-Modes: plain; dflash (with the plugin); dflash-noplugin (SGLANG_PLUGINS without it); dflash-eager-head (v2 with
+Modes: plain; dflash (with the plugin and its block attention kernel); dflash-nokernel (the plugin with
+SGLANG_GEMMA4_DFLASH_BLOCK_ATTENTION=0); dflash-noplugin (SGLANG_PLUGINS without it); dflash-eager-head (v2 with
 SGLANG_DFLASH_EAGER_DRAFT_SAMPLER=1: the head runs outside the draft graph, through the plugin's head). Servers start
-with SGLANG_GEMMA4_DFLASH_PREBUILD_SAMPLING=0 (greedy only). Results of the H200 runs: docs/gpu_runs.md section 8.
+with SGLANG_GEMMA4_DFLASH_PREBUILD_SAMPLING=0 (greedy only) and --context-length (default: the longest prompt plus
+the tokens the measurement generates). Results of the H200 runs: docs/gpu_runs.md sections 8 and 9.
 
 Same target, draft and server flags as bench_31b_dummy.py (decode CUDA graphs on, piecewise off). One server per
-mode; per batch size b, in that server:
+mode; per prompt length P and batch size b, in that server (each row of the JSON's "rows" carries mode, prompt_len,
+batch, t_step_ms and, for DFLASH, c):
   1. the step time without a profiler: bench_31b_dummy's differenced decode rate r (b requests in flight), so a plain
      step is 1/r and a DFLASH step a/r (a: the measured accept length, ~1 with a random draft);
   2. the breakdown: b requests decode PROFILE_TOKENS tokens each while SGLang's own profiler (`/start_profile`: CPU +
@@ -22,6 +26,9 @@ python_function events around that call; a CUDA-graph replay charges all its ker
   draft_head  under `_greedy_sample_from_vocab_parallel_head` or the plugin's head, outside a draft graph
   draft       under the draft model runner (the head too where SGLang folds it into the draft CUDA graph)
   other       everything else inside the step (block set-up, embedding, accept, KV bookkeeping)
+Attention kernels (SGLang's extend, decode and the plugin's block kernel, by name) are also summed per category:
+`attention_ms.target` is the verify's attention in a DFLASH step and the decode attention in a plain one,
+`attention_ms.draft` the draft's block attention.
 `host` is the unprofiled step time minus the GPU busy time of a profiled step: time the GPU waits for the host
 (Python, scheduling, syncs). The profiler's own Python tracing slows the host, so profiled wall times are not used.
 Beside each DFLASH row: c = t_step / t_plain, the projected speedup L / c at L = 5.4 and 6.46, and the ideal step:
@@ -50,10 +57,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_31b_dummy as bench  # noqa: E402  (configs, server flags and the rate measurement)
 from sglang_gemma4_dflash.bench import report as report_  # noqa: E402
 from sglang_gemma4_dflash_testkit import e2e  # noqa: E402
-from sglang_gemma4_dflash_testkit.tiny import TINY, write_tiny_checkpoints  # noqa: E402
+from sglang_gemma4_dflash_testkit.tiny import write_tiny_checkpoints  # noqa: E402
 
 CATEGORIES = ("target", "draft_kv", "draft_head", "draft", "other")
 PROFILE_TOKENS = 320
+# Triton attention kernels: SGLang's extend (verify without the plugin's kernel) and decode, and the plugin's.
+ATTENTION_KERNELS = (
+    "_fwd_kernel",
+    "_fwd_kernel_stage1",
+    "_fwd_kernel_stage2",
+    "_fwd_grouped_kernel_stage1",
+    "_block_attn_fwd",
+    "_block_attn_reduce",
+)
+MODE_ENV = {
+    "dflash-nokernel": {"SGLANG_GEMMA4_DFLASH_BLOCK_ATTENTION": "0"},
+    "dflash-noplugin": {"SGLANG_PLUGINS": "some_other_name"},
+    "dflash-eager-head": {"SGLANG_DFLASH_EAGER_DRAFT_SAMPLER": "1"},  # v2: the head out of the draft graph
+}
 H200_BF16_TFLOPS = 989.0  # dense bf16 peak, for the verify's compute floor
 
 
@@ -168,6 +189,7 @@ def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
         return {"error": f"only {len(outer)} worker steps found in {os.path.basename(trace_path)}"}
     starts = [s["ts"] for s in outer]
     per_step = [defaultdict(float) for _ in outer]
+    attention = [defaultdict(float) for _ in outer]
     by_chain = defaultdict(float)
     by_kernel = defaultdict(lambda: [0.0, 0])
     used = range(1, len(outer) - 1)  # the first and last step may be cut by the profiler window
@@ -182,6 +204,8 @@ def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
         ms = k["dur"] / 1000.0
         cat = category(chain, dflash)
         per_step[n][cat] += ms
+        if k["name"] in ATTENTION_KERNELS:
+            attention[n][cat] += ms
         if n in used:
             by_chain[" > ".join(_short(c) for c in chain[:4]) or "(step itself)"] += ms
             entry = by_kernel[(cat, k["name"][:140])]
@@ -193,6 +217,7 @@ def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
         wall = (outer[n + 1]["ts"] - outer[n]["ts"]) / 1000.0
         rows.append({**{c: per_step[n].get(c, 0.0) for c in CATEGORIES}, "gpu_busy": gpu, "profiled_wall": wall})
     median = {key: sorted(r[key] for r in rows)[len(rows) // 2] for key in rows[0]}
+    attention_median = {c: sorted(attention[n].get(c, 0.0) for n in used)[len(rows) // 2] for c in CATEGORIES}
     steps_used = len(rows)
     kernels_top = defaultdict(list)
     for (cat, name), (ms, count) in sorted(by_kernel.items(), key=lambda kv: -kv[1][0]):
@@ -203,6 +228,7 @@ def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
     return {
         "steps_used": steps_used,
         "median_ms": {k: round(v, 3) for k, v in median.items()},
+        "attention_ms": {k: round(v, 3) for k, v in attention_median.items() if v},
         "mean_ms_by_frames": {
             k: round(v / steps_used, 3) for k, v in sorted(by_chain.items(), key=lambda kv: -kv[1]) if v > 0.005
         },
@@ -213,9 +239,9 @@ def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
 # --------------------------------------------------------------------------- on the GPU
 
 
-def profile_once(base_url: str, batch: int, steps: int, trace_dir: str, tag: str) -> str:
+def profile_once(base_url: str, batch: int, prompt_len: int, steps: int, trace_dir: str, tag: str) -> str:
     """Run `batch` long requests (prompts already cached by the rate measurement); profile `steps` steps."""
-    prompts = e2e.token_prompts(TINY.vocab_size, [bench.PROMPT_LEN] * batch, seed=batch, low=TINY.num_special_tokens)
+    prompts = bench.prompts_for(batch, prompt_len)
     worker = threading.Thread(
         target=e2e.generate_many,
         args=(base_url, prompts, PROFILE_TOKENS),
@@ -253,34 +279,57 @@ def step_time_ms(row: dict, dflash: bool) -> float | None:
     return 1000.0 * accept / rate
 
 
+def plain_steps(report: dict) -> dict:
+    """(prompt_len, batch) -> t_step_ms of plain decoding: this run's plain rows, else the --plain-reference ones."""
+    found = dict(report.get("plain_reference_ms") or {})
+    for row in report["rows"]:
+        if row["mode"] == "plain" and row.get("t_step_ms"):
+            found[(row["prompt_len"], row["batch"])] = row["t_step_ms"]
+    return found
+
+
 def summarise(report: dict, bandwidth_tbs: float) -> None:
     """Fill c, the ideal and the projections into every DFLASH row, and host time into every row."""
-    plain = report["modes"].get("plain", {})
+    plain = plain_steps(report)
     extra_ms = 1000 * (DRAFT_BYTES + HEAD_BYTES) / (bandwidth_tbs * 1e12)
-    for mode, rows in report["modes"].items():
-        for b, row in rows.items():
-            if not isinstance(row, dict) or "t_step_ms" not in row:
-                continue
-            gpu = (row.get("breakdown") or {}).get("median_ms", {}).get("gpu_busy")
-            if gpu is not None and row["t_step_ms"]:
-                row["host_ms"] = round(row["t_step_ms"] - gpu, 3)
-            base = (plain.get(b) or {}).get("t_step_ms") or report.get("plain_reference_ms", {}).get(b)
-            if mode == "plain" or not base or not row["t_step_ms"]:
-                continue
-            c = row["t_step_ms"] / base
-            tokens = int(b) * bench.DRAFT_31B["block_size"]
-            row["c"] = round(c, 3)
-            row["ideal_step_ms"] = round(base + extra_ms, 3)
-            row["ideal_c"] = round((base + extra_ms) / base, 3)
-            row["verify_compute_floor_ms"] = round(1000 * 2 * TARGET_PARAMS * tokens / (H200_BF16_TFLOPS * 1e12), 3)
-            row.update({f"projected_speedup_at_{L}": round(L / c, 3) for L in bench.ACCEPT_LENGTHS})
+    for row in report["rows"]:
+        if not row.get("t_step_ms"):
+            continue
+        gpu = (row.get("breakdown") or {}).get("median_ms", {}).get("gpu_busy")
+        if gpu is not None:
+            row["host_ms"] = round(row["t_step_ms"] - gpu, 3)
+        base = plain.get((row["prompt_len"], row["batch"]))
+        if row["mode"] == "plain" or not base:
+            continue
+        c = row["t_step_ms"] / base
+        tokens = row["batch"] * bench.DRAFT_31B["block_size"]
+        row["c"] = round(c, 3)
+        row["ideal_step_ms"] = round(base + extra_ms, 3)
+        row["ideal_c"] = round((base + extra_ms) / base, 3)
+        row["verify_compute_floor_ms"] = round(1000 * 2 * TARGET_PARAMS * tokens / (H200_BF16_TFLOPS * 1e12), 3)
+        row.update({f"projected_speedup_at_{L}": round(L / c, 3) for L in bench.ACCEPT_LENGTHS})
+
+
+def reference_plain_steps(path: str) -> dict:
+    """Plain step times of an earlier JSON: its rows, or (section 8's format) modes.plain keyed by batch at 64."""
+    with open(path) as f:
+        ref = json.load(f)
+    if "rows" in ref:
+        return {(r["prompt_len"], r["batch"]): r["t_step_ms"] for r in ref["rows"] if r["mode"] == "plain"}
+    plain = ref["modes"]["plain"]
+    return {
+        (bench.PROMPT_LEN, int(b)): r["t_step_ms"] for b, r in plain.items() if isinstance(r, dict) and "t_step_ms" in r
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="the JSON to write (required unless --analyse)")
     parser.add_argument("--modes", default="plain,dflash,dflash-noplugin")
+    parser.add_argument("--prompt-lens", default=str(bench.PROMPT_LEN))
+    parser.add_argument("--context-length", type=int, help="the servers' --context-length")
     parser.add_argument("--batches", default="1,4,16")
+    parser.add_argument("--profile-batches", help="the batch sizes that get a profiled breakdown (default: all)")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--bandwidth-tbs", type=float, default=4.3, help="measured copy bandwidth, for the ideal")
     parser.add_argument("--trace-dir", help="copy the batch-1 trace of each mode here (gzipped)")
@@ -296,12 +345,17 @@ def main() -> None:
     if not args.out:
         parser.error("--out is required")
     batches = [int(b) for b in args.batches.split(",")]
+    profiled = batches if args.profile_batches is None else [int(b) for b in args.profile_batches.split(",") if b]
+    prompt_lens = [int(p) for p in args.prompt_lens.split(",")]
+    context = args.context_length or max(prompt_lens) + bench.N_LONG + PROFILE_TOKENS + 64
     paths = bench.write_configs(args.work_dir)
     tiny = {k: str(v) for k, v in write_tiny_checkpoints(os.path.join(args.work_dir, "tiny")).items()}
     out_dir = os.path.dirname(os.path.abspath(args.out))
     report: dict = {
         "what": "one DFLASH step, Gemma-4-31B shapes, dummy weights: unprofiled step time + profiled GPU breakdown",
         "batches": batches,
+        "prompt_lens": prompt_lens,
+        "context_length": context,
         "steps_profiled": args.steps,
         "categories": CATEGORIES,
         "bandwidth_tbs": args.bandwidth_tbs,
@@ -310,57 +364,59 @@ def main() -> None:
         "target_params": TARGET_PARAMS,
         "versions": report_.versions(),
         "hardware": report_.hardware(),
-        "modes": {},
+        "servers": {},
+        "rows": [],
     }
     if args.plain_reference:
-        with open(args.plain_reference) as f:
-            ref = json.load(f)
-        report["plain_reference_ms"] = {
-            b: r["t_step_ms"] for b, r in ref["modes"]["plain"].items() if isinstance(r, dict) and "t_step_ms" in r
-        }
+        report["plain_reference_ms"] = reference_plain_steps(args.plain_reference)
         report["plain_reference_from"] = args.plain_reference
 
     def save() -> None:
         summarise(report, args.bandwidth_tbs)
+        out = dict(
+            report, plain_reference_ms={f"{p}x{b}": ms for (p, b), ms in report.get("plain_reference_ms", {}).items()}
+        )
         with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
+            json.dump(out, f, indent=1)
 
     for mode in [m for m in args.modes.split(",") if m]:
         dflash = mode != "plain"
         extra = bench.dflash_args(paths["draft"], "triton") if dflash else []
-        env = {"SGLANG_GEMMA4_DFLASH_PREBUILD_SAMPLING": "0"}  # greedy only: no flashinfer sampling build
-        if mode == "dflash-noplugin":
-            env["SGLANG_PLUGINS"] = "some_other_name"
-        if mode == "dflash-eager-head":  # v2: the draft head stays out of the draft graph (the plugin's head runs)
-            env["SGLANG_DFLASH_EAGER_DRAFT_SAMPLER"] = "1"
-        rows: dict = {}
-        report["modes"][mode] = rows
+        env = {"SGLANG_GEMMA4_DFLASH_PREBUILD_SAMPLING": "0", **MODE_ENV.get(mode, {})}  # greedy only
+        server_report: dict = {"env": env}
+        report["servers"][mode] = server_report
         started = time.time()
         try:
             with e2e.Server(
                 paths["target"],
-                bench.server_args(tiny["target_mm"], max(batches), False) + extra,
+                bench.server_args(tiny["target_mm"], max(batches), False, context) + extra,
                 env=env,
                 ready_timeout=480,
                 log_path=os.path.join(out_dir, f"profile-{mode}.log"),
             ) as server:
-                rows["ready_s"] = round(time.time() - started, 1)
-                log(f"{mode}: ready in {rows['ready_s']} s")
-                for b in batches:
-                    row = bench.measure(server.base_url, [b])[str(b)]
-                    row["t_step_ms"] = step_time_ms(row, dflash)
-                    rows[str(b)] = row
-                    trace = profile_once(server.base_url, b, args.steps, args.work_dir, f"{mode}-b{b}")
-                    row["breakdown"] = analyse(trace, dflash)
-                    if args.trace_dir and b == 1:
-                        os.makedirs(args.trace_dir, exist_ok=True)
-                        shutil.copy(trace, os.path.join(args.trace_dir, f"{mode}-b{b}.trace.json.gz"))
-                    log(f"{mode} b={b}: t_step {row['t_step_ms']} ms; {json.dumps(row['breakdown'].get('median_ms'))}")
-                    save()
-                rows["server_info"] = e2e.spec_summary(e2e.server_info(server.base_url)).as_dict()
+                server_report["ready_s"] = round(time.time() - started, 1)
+                log(f"{mode}: ready in {server_report['ready_s']} s")
+                for prompt_len in prompt_lens:
+                    for b in batches:
+                        row = {"mode": mode, "prompt_len": prompt_len, "batch": b}
+                        row.update(bench.measure(server.base_url, [b], prompt_len=prompt_len)[str(b)])
+                        row["t_step_ms"] = step_time_ms(row, dflash)
+                        report["rows"].append(row)
+                        if b in profiled:
+                            tag = f"{mode}-p{prompt_len}-b{b}"
+                            trace = profile_once(server.base_url, b, prompt_len, args.steps, args.work_dir, tag)
+                            row["breakdown"] = analyse(trace, dflash)
+                            if args.trace_dir and b == 1:
+                                os.makedirs(args.trace_dir, exist_ok=True)
+                                shutil.copy(trace, os.path.join(args.trace_dir, f"{tag}.trace.json.gz"))
+                        breakdown = row.get("breakdown") or {}
+                        log(f"{mode} P={prompt_len} b={b}: t_step {row['t_step_ms']} ms; "
+                            f"{json.dumps(breakdown.get('median_ms'))} attention {breakdown.get('attention_ms')}")  # fmt: skip
+                        save()
+                server_report["server_info"] = e2e.spec_summary(e2e.server_info(server.base_url)).as_dict()
         except Exception as exc:  # recorded: a later mode may still run
-            rows["error"] = f"{type(exc).__name__}: {str(exc)[-4000:]}"
-            log(f"{mode}: FAILED {rows['error'][:300]}")
+            server_report["error"] = f"{type(exc).__name__}: {str(exc)[-4000:]}"
+            log(f"{mode}: FAILED {server_report['error'][:300]}")
         save()
     log(f"wrote {args.out}")
 

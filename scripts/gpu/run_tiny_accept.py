@@ -32,6 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TESTKIT = os.path.join(ROOT, "testkit")
 sys.path.insert(0, TESTKIT)
 
+from sglang_gemma4_dflash.attention.backend_hooks import ENV as BLOCK_ATTENTION_ENV
 from sglang_gemma4_dflash.bench import report as report_
 from sglang_gemma4_dflash_testkit import breakage, e2e
 from sglang_gemma4_dflash_testkit.tiny import TINY, mode_of, planted_continuation, write_tiny_checkpoints
@@ -40,6 +41,10 @@ NUM_PROMPTS = 16
 CONCURRENT = 8
 MAX_NEW_TOKENS = 64
 VARIANTS = ("plain", "correct", "capture_shift", "wrong_ids")
+# More variants (not in the default list): "windowed_draft", the right pair with the draft's one layer made a sliding
+# layer of window DRAFT_WINDOW (shorter than every prompt); "nokernel", the right pair with the plugin's block
+# attention kernel off.
+DRAFT_WINDOW = 24
 
 
 def log(msg: str) -> None:
@@ -74,12 +79,27 @@ def mean(xs):
     return round(sum(xs) / len(xs), 3) if xs else None
 
 
-def serve(target, draft, kind, break_dir: str, log_dir: str, port: int, extra: list[str]) -> dict:
-    env = None
+def windowed_draft(draft: str) -> str:
+    """A copy of the tiny draft whose layer is a sliding-window layer (the same weights)."""
+    out = draft.rstrip("/") + f"-window{DRAFT_WINDOW}"
+    os.makedirs(out, exist_ok=True)
+    for name in os.listdir(draft):
+        if name != "config.json" and not os.path.exists(os.path.join(out, name)):
+            os.symlink(os.path.join(draft, name), os.path.join(out, name))
+    with open(os.path.join(draft, "config.json")) as f:
+        config = json.load(f)
+    config.update(layer_types=["sliding_attention"] * config["num_hidden_layers"], use_sliding_window=True,
+                  sliding_window=DRAFT_WINDOW, max_window_layers=0)  # fmt: skip
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    return out
+
+
+def serve(target, draft, kind, break_dir: str, log_dir: str, port: int, extra: list[str], label: str,
+          env: dict | None = None) -> dict:  # fmt: skip
     if kind:
         path = os.pathsep.join([break_dir, TESTKIT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
-        env = {breakage.ENV: kind, "PYTHONPATH": path}
-    label = kind or ("dflash" if draft else "plain")
+        env = dict(env or {}, **{breakage.ENV: kind, "PYTHONPATH": path})
     log_path = os.path.join(log_dir, f"{label}.log")
     started = time.time()
     server = e2e.Server(target, server_args(draft, extra), env=env, port=port, ready_timeout=420, log_path=log_path)
@@ -91,7 +111,12 @@ def serve(target, draft, kind, break_dir: str, log_dir: str, port: int, extra: l
     per_request = [g.meta_info.get("spec_accept_length") for g in outs]
     split = NUM_PROMPTS - CONCURRENT
     with open(log_path, errors="replace") as f:
-        broken_lines = sum("BROKEN on purpose" in line for line in f)
+        text = f.read()
+    broken_lines = text.count("BROKEN on purpose")
+    block_kernel = sorted(
+        {r for r in ("target", "draft") if f"block attention kernel on for the Gemma 4 DFLASH {r}" in text}
+    )
+    declines = [line[:300] for line in text.splitlines() if "runs SGLang's extend kernel" in line]
     log(f"{label}: done in {time.time() - started:.0f}s")
     return {
         "ready_s": round(ready_s, 1),
@@ -103,6 +128,8 @@ def serve(target, draft, kind, break_dir: str, log_dir: str, port: int, extra: l
         "accept_key": mean([a for a, p in zip(per_request, prompts()) if mode_of(p)]),
         "accept_no_key": mean([a for a, p in zip(per_request, prompts()) if not mode_of(p)]),
         "break_plugin_log_lines": broken_lines,
+        "block_kernel_on": block_kernel,
+        "block_kernel_declines": declines,
     }
 
 
@@ -148,10 +175,12 @@ def main() -> None:
         time.sleep(20 * i)  # staggered starts: the CUDA-graph captures do not all contend at once
         try:
             draft = None if variant == "plain" else paths["draft"]
+            if variant == "windowed_draft":
+                draft = windowed_draft(draft)
             kind = variant if variant in breakage.KINDS else None
-            result = serve(
-                paths["target"], draft, kind, break_dir, log_dir, e2e.spaced_port(i, base=args.port_base), extra
-            )
+            env = {BLOCK_ATTENTION_ENV: "0"} if variant == "nokernel" else None
+            port = e2e.spaced_port(i, base=args.port_base)
+            result = serve(paths["target"], draft, kind, break_dir, log_dir, port, extra, variant, env)
             result["follows_plant"] = all(o == x for o, x in zip(result["outputs"], expected))
         except Exception:
             result = {"error": traceback.format_exc()[-8000:]}
@@ -177,6 +206,8 @@ def main() -> None:
             "identical_to_plain",
             "follows_plant",
             "break_plugin_log_lines",
+            "block_kernel_on",
+            "block_kernel_declines",
             "error",
         )
         log(f"{variant}: {json.dumps({k: result.get(k) for k in keys})[:800]}")

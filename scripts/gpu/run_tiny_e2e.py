@@ -8,6 +8,8 @@ Each job is one server. Job groups (--jobs):
              (SGLANG_PLUGINS names another plugin, so SGLang's load_plugins() skips ours)
   mm         the same on the multimodal target (Gemma4ForConditionalGeneration), each with one image chat request
   nooverlap  DFLASH with and without the plugin on both targets, with --disable-overlap-schedule
+  nokernel   DFLASH with the plugin on both targets, its block attention kernel off
+             (SGLANG_GEMMA4_DFLASH_BLOCK_ATTENTION=0; the other DFLASH jobs with the plugin run it)
   stall      DFLASH with the plugin and SGLang's default sampling backend: one greedy request, then three sampled
              (temperature > 0) requests, each timed, and the JIT cache folders listed before and after; the text
              DFLASH job (--sampling-backend pytorch) times two sampled requests after its greedy suite
@@ -33,6 +35,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
+from sglang_gemma4_dflash.attention.backend_hooks import ENV as BLOCK_ATTENTION_ENV
 from sglang_gemma4_dflash.bench import report as report_
 from sglang_gemma4_dflash_testkit import e2e
 from sglang_gemma4_dflash_testkit.tiny import TINY, planted_continuation, write_tiny_checkpoints
@@ -85,7 +88,8 @@ def jobs_for(groups: list[str]) -> list[dict]:
     """The servers to run; the first two (text DFLASH with the plugin, then the stall job) start first."""
     jobs = []
 
-    def add(label, target, dflash, plugin=True, overlap=True, sampling="pytorch", stall=False, probe=False):
+    def add(label, target, dflash, plugin=True, overlap=True, sampling="pytorch", stall=False, probe=False, env=None):
+        env = dict(env or {}, **({} if plugin else {"SGLANG_PLUGINS": "some_other_name"}))
         jobs.append(
             {
                 "label": label,
@@ -96,6 +100,7 @@ def jobs_for(groups: list[str]) -> list[dict]:
                 "sampling": sampling,
                 "stall": stall,
                 "probe_sampled": probe,
+                "env": env,
             }
         )
 
@@ -110,6 +115,9 @@ def jobs_for(groups: list[str]) -> list[dict]:
         add("mm-plain", "target_mm", False)
         add("mm-dflash-plugin", "target_mm", True)
         add("mm-dflash-noplugin", "target_mm", True, plugin=False)
+    if "nokernel" in groups:
+        for target, name in (("target", "text"), ("target_mm", "mm")):
+            add(f"{name}-dflash-plugin-nokernel", target, True, env={BLOCK_ATTENTION_ENV: "0"})
     if "nooverlap" in groups:
         for target, name in (("target", "text"), ("target_mm", "mm")):
             add(f"{name}-dflash-plugin-nooverlap", target, True, overlap=False)
@@ -160,7 +168,14 @@ def log_facts(path: str) -> dict:
         return {}
     pick = re.compile(r"sglang-gemma4-dflash|DFlashWorker|dflash_worker|overlap|Traceback|Error:")
     lines = [line.strip()[:600] for line in text.splitlines() if pick.search(line)]
-    return {"lines": lines[:40], "plugin_loaded": "sglang-gemma4-dflash" in text}
+    return {
+        "lines": lines[:40],
+        "plugin_loaded": "sglang-gemma4-dflash" in text,
+        "block_kernel_on": sorted(
+            {r for r in ("target", "draft") if f"block attention kernel on for the Gemma 4 DFLASH {r}" in text}
+        ),
+        "block_kernel_declines": [line for line in lines if "runs SGLang's extend kernel" in line],
+    }
 
 
 def run_job(job: dict, paths: dict, port: int, log_dir: str, piecewise: bool, ready: threading.Event) -> dict:
@@ -170,7 +185,7 @@ def run_job(job: dict, paths: dict, port: int, log_dir: str, piecewise: bool, re
         args += e2e.dflash_args(paths["draft"], TINY.block_size)
     if not job["overlap"]:
         args.append("--disable-overlap-schedule")
-    env = None if job["plugin"] else {"SGLANG_PLUGINS": "some_other_name"}
+    env = job["env"] or None
     log_path = os.path.join(log_dir, job["label"] + ".log")
     result = {"args": args, "env": env or {}}
     started = time.time()
@@ -236,6 +251,8 @@ def verdicts(servers: dict) -> dict:
                 "all_identical": all(x.identical for x in v),
                 "mismatches": [x.as_dict() for x in v if not x.identical],
                 "avg_spec_accept_length": res["server_info"]["avg_spec_accept_length"],
+                "block_kernel_on": res.get("log", {}).get("block_kernel_on"),
+                "block_kernel_declines": res.get("log", {}).get("block_kernel_declines"),
             }
         elif "outputs" in res:
             out[label] = {"vs": plain_label, "all_identical": None, "note": "no plain outputs to compare"}

@@ -1,0 +1,265 @@
+"""Block attention at Gemma-4-31B shapes on one GPU: the plugin's kernel beside SGLang's extend kernel (what a
+DFLASH verify runs without it) and SGLang's decode kernel (one query per request: what a plain decode step runs).
+
+    source scripts/gpu/setup_site.sh 0.5.17
+    python3 scripts/gpu/bench_block_attention.py --out $OUT/block_attention.json [--contexts 64,2048,8192,32768]
+        [--batches 1,4,16] [--sweep]
+
+Layer kinds (the 31B target: 50 sliding layers, 32 x 256 query heads over 16 KV heads, window 1024, which SGLang
+passes as 1023 with the last min(len, 1023) context tokens; 10 global layers, 32 x 512 over 4 KV heads; z-lab's 31B
+draft: 64 x 128 over 8 KV heads, 4 sliding layers (window 2048) and 1 full layer, block 16 non-causal).
+Per kind, context and batch: each kernel's median time per layer (CUDA-graph replays over enough copies of the
+cache to overflow L2, as consecutive layers do), the per-step total (time x layer count), the bytes one read of the
+KV cache takes against the measured copy bandwidth (the roofline), and each kernel's relative error against an
+fp32 torch reference (at one context per kind). ``--sweep`` also times tuning variants of the plugin's kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import platform
+import time
+
+import torch
+import triton
+from sglang_gemma4_dflash.attention import block_kernel
+from sglang_gemma4_dflash_testkit.block_attention_ref import make_case, reference
+
+BLOCK = 16
+L2_OVERFLOW_BYTES = 256 << 20
+
+KINDS = {
+    "target-sliding": dict(num_heads=32, num_kv_heads=16, head_dim=256, window=1023, causal=True, layers=50),
+    "target-global": dict(num_heads=32, num_kv_heads=4, head_dim=512, window=-1, causal=True, layers=10),
+    "draft-sliding": dict(num_heads=64, num_kv_heads=8, head_dim=128, window=2047, causal=False, layers=4),
+    "draft-full": dict(num_heads=64, num_kv_heads=8, head_dim=128, window=-1, causal=False, layers=1),
+}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def context_list(kind: dict, ctx: int) -> int:
+    """The context tokens SGLang's triton backend hands the kernel: the window list for sliding layers."""
+    return min(ctx, kind["window"]) if kind["window"] >= 0 else ctx
+
+
+def build(kind: dict, ctx: int, batch: int, seed: int):
+    n = context_list(kind, ctx)
+    shape = {k: kind[k] for k in ("num_heads", "num_kv_heads", "head_dim", "window", "causal")}
+    return make_case([n] * batch, [BLOCK] * batch, dtype=torch.bfloat16, device="cuda", seed=seed, **shape)
+
+
+def kv_bytes(case) -> int:
+    n = case.kv_indices.numel() + case.k_ext.shape[0]
+    return n * case.k_buffer.shape[1] * (case.k_buffer.shape[2] + case.v_buffer.shape[2]) * 2
+
+
+def ours(case, tuning=None):
+    args = case.kernel_args()
+
+    def fn():
+        block_kernel.block_attention(
+            *args, max_block=BLOCK, causal=case.causal, sm_scale=case.sm_scale, window=case.window, tuning=tuning
+        )
+
+    return fn, args[3]
+
+
+def sglang_extend(case):
+    from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
+
+    args = case.kernel_args()
+
+    def fn():
+        extend_attention_fwd(
+            *args, None, case.causal, None, BLOCK, 1.0, 1.0, sm_scale=case.sm_scale, sliding_window_size=case.window
+        )
+
+    return fn, args[3]
+
+
+def sglang_decode(case, max_kv_splits: int = 8):
+    """One query per request over the same context (plus the one new token), SGLang's static split count."""
+    from sglang.kernels.ops.attention.decode_attention import decode_attention_fwd
+
+    batch = case.qo_indptr.numel() - 1
+    first = case.qo_indptr[:-1].long()
+    q = case.q[first].contiguous()
+    lens = (case.kv_indptr[1:] - case.kv_indptr[:-1]).long() + 1
+    indptr = torch.zeros(batch + 1, dtype=torch.int32, device="cuda")
+    indptr[1:] = lens.cumsum(0)
+    ctx = [case.kv_indices[case.kv_indptr[b] : case.kv_indptr[b + 1]] for b in range(batch)]
+    indices = torch.cat([torch.cat([ctx[b], case.ext_slots[first[b] : first[b] + 1]]) for b in range(batch)])
+    heads, dv = q.shape[1], case.v_buffer.shape[2]
+    o = torch.empty(batch, heads, dv, dtype=q.dtype, device="cuda")
+    logits = torch.empty(batch, heads, max_kv_splits, dv, dtype=torch.float32, device="cuda")
+    lse = torch.empty(batch, heads, max_kv_splits, dtype=torch.float32, device="cuda")
+    splits = torch.full((batch,), max_kv_splits, dtype=torch.int32, device="cuda")
+
+    def fn():
+        decode_attention_fwd(
+            q,
+            case.k_buffer,
+            case.v_buffer,
+            o,
+            indptr,
+            indices,
+            logits,
+            lse,
+            splits,
+            max_kv_splits,
+            case.sm_scale,
+            1.0,
+            1.0,
+        )
+
+    return fn, o
+
+
+_CASES: dict = {}
+
+
+def cases(kind_name: str, ctx: int, batch: int) -> list:
+    """Copies of one case, enough to overflow L2 when run one after another (as consecutive layers do)."""
+    key = (kind_name, ctx, batch)
+    if key not in _CASES:
+        _CASES.clear()
+        kind = KINDS[kind_name]
+        first = build(kind, ctx, batch, seed=0)
+        copies = max(1, min(16, -(-L2_OVERFLOW_BYTES // max(1, kv_bytes(first)))))
+        _CASES[key] = [first] + [build(kind, ctx, batch, seed=s) for s in range(1, copies)]
+    return _CASES[key]
+
+
+def timed(make, kind_name: str, ctx: int, batch: int) -> float:
+    """Median ms of one call (CUDA-graph replays over the copies)."""
+    fns = [make(case)[0] for case in cases(kind_name, ctx, batch)]
+
+    def run_all():
+        for fn in fns:
+            fn()
+
+    return triton.testing.do_bench_cudagraph(run_all, rep=100, return_mode="median") / len(fns)
+
+
+def copy_bandwidth() -> float:
+    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    ms = triton.testing.do_bench(lambda: y.copy_(x), rep=200, return_mode="median")
+    return 2 * x.numel() / (ms * 1e-3)
+
+
+def errors(kind: dict, ctx: int, batch: int) -> dict:
+    case = build(kind, ctx, batch, seed=123)
+    ref = reference(case)
+    out = {}
+    for name, make in (("plugin", ours), ("sglang_extend", sglang_extend)):
+        fn, o = make(case)
+        fn()
+        torch.cuda.synchronize()
+        out[name] = ((o.float() - ref).norm() / ref.norm()).item()
+        assert not torch.isnan(o).any(), f"{name} left NaN in the output"
+    return out
+
+
+SWEEP = [
+    block_kernel.Tuning(m_tile=m, block_n=n, num_warps=w, num_stages=s, min_split=ms)
+    for m, n, w, s, ms in itertools.product((16, 32, 64), (32, 64), (4, 8), (2, 3), (256,))
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--contexts", default="64,2048,8192,32768")
+    ap.add_argument("--batches", default="1,4,16")
+    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--sweep-kinds", default="target-sliding,target-global,draft-full")
+    ap.add_argument("--sweep-points", default="8192x1,2048x16", help="context x batch pairs the sweep times")
+    ap.add_argument("--budget-s", type=float, default=300.0, help="no new row starts after this many seconds")
+    ap.add_argument("--sweep-budget-s", type=float, default=150.0, help="the same for the sweep, from its start")
+    args = ap.parse_args()
+    contexts = [int(x) for x in args.contexts.split(",")]
+    batches = [int(x) for x in args.batches.split(",")]
+    started = time.time()
+    bandwidth = copy_bandwidth()
+    result = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "copy_bandwidth_bytes_per_s": bandwidth,
+        "block": BLOCK,
+        "kinds": KINDS,
+        "rows": [],
+        "errors": [],
+        "sweep": [],
+    }
+    try:
+        import sglang
+
+        result["sglang"] = sglang.__version__
+    except ImportError:
+        result["sglang"] = None
+
+    def save():
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+    kinds = args.kinds.split(",")
+    for ctx, name, batch in itertools.product(contexts, kinds, batches):  # the first contexts are measured first
+        kind = KINDS[name]
+        if time.time() - started > args.budget_s:
+            log(f"budget of {args.budget_s:.0f}s spent: {name} ctx={ctx} batch={batch} not measured")
+            continue
+        if not any(e["kind"] == name for e in result["errors"]):
+            err = errors(kind, 2048, 4)
+            result["errors"].append({"kind": name, "context": 2048, "batch": 4, **err})
+            log(f"{name}: relative error vs fp32 reference {err}")
+        try:
+            row = {"kind": name, "context": ctx, "batch": batch}
+            row["bytes"] = kv_bytes(cases(name, ctx, batch)[0])
+            row["roofline_ms"] = row["bytes"] / bandwidth * 1e3
+            row["plugin_ms"] = timed(ours, name, ctx, batch)
+            row["sglang_extend_ms"] = timed(sglang_extend, name, ctx, batch)
+            if name.startswith("target"):
+                row["sglang_decode_ms"] = timed(sglang_decode, name, ctx, batch)
+            for key in ("plugin_ms", "sglang_extend_ms", "sglang_decode_ms"):
+                if key in row:
+                    row[key.replace("_ms", "_step_ms")] = row[key] * kind["layers"]
+            result["rows"].append(row)
+            log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+        except torch.OutOfMemoryError:
+            log(f"{name} ctx={ctx} batch={batch}: out of memory, skipped")
+            _CASES.clear()
+            torch.cuda.empty_cache()
+        save()
+    if args.sweep:
+        started = time.time()
+        points = [tuple(int(x) for x in p.split("x")) for p in args.sweep_points.split(",")]
+        for name, (ctx, batch) in itertools.product(args.sweep_kinds.split(","), points):
+            for tuning in SWEEP:
+                if time.time() - started > args.sweep_budget_s:
+                    break
+                try:
+                    ms = timed(lambda c, t=tuning: ours(c, t), name, ctx, batch)
+                except Exception as e:  # a variant that does not compile (shared memory) is recorded, not fatal
+                    ms = None
+                    log(f"sweep {name} {tuning}: {type(e).__name__}: {str(e)[:120]}")
+                result["sweep"].append({"kind": name, "context": ctx, "batch": batch, "ms": ms, **vars(tuning)})
+            done = [
+                r for r in result["sweep"] if (r["kind"], r["context"], r["batch"]) == (name, ctx, batch) and r["ms"]
+            ]
+            if done:
+                log(f"sweep {name} ctx={ctx} batch={batch}: best {min(done, key=lambda r: r['ms'])}")
+            save()
+    save()
+
+
+if __name__ == "__main__":
+    main()
