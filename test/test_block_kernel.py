@@ -95,7 +95,7 @@ def test_blocks_shorter_than_max_block_leave_other_rows_alone():
     """A request with fewer block tokens than ``max_block`` writes only its own rows."""
     case = make_case([10, 10], [4, 16], num_heads=2, num_kv_heads=1, head_dim=16, device=DEVICE, seed=3)
     out = run_kernel(case, splits=2, tuning=block_kernel.Tuning(min_split=16, block_n=16))
-    assert out.shape[0] == 20 and rel_err(out, reference(case)) < 1e-3
+    assert out.shape[0] == 20 and rel_err(out, reference(case)) < (1e-5 if DEVICE == "cpu" else 5e-3)
 
 
 @pytest.mark.parametrize("window", [-1, 20])

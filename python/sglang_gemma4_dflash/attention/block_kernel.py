@@ -41,9 +41,18 @@ class Tuning:
     num_stages: int = 2
 
 
-def default_tuning(head_dim: int) -> Tuning:
-    if head_dim >= 512:
-        return Tuning(m_tile=32, block_n=32, num_warps=8, num_stages=2)
+def default_tuning(head_dim: int, batch: int) -> Tuning:
+    """Picked from sweeps on one H200 at Gemma-4-31B shapes (docs/gpu_runs.md section 9)."""
+    if head_dim >= 512:  # the target's global layers
+        if batch >= 8:
+            return Tuning(m_tile=64, block_n=32, num_warps=8, num_stages=3)
+        return Tuning(m_tile=32, block_n=64, num_warps=8, num_stages=3)
+    if head_dim >= 256:  # the target's sliding layers
+        if batch == 1:  # few programs: smaller row tiles give more of them
+            return Tuning(m_tile=16, block_n=64, num_warps=8, num_stages=3)
+        return Tuning(m_tile=32, block_n=64, num_warps=4, num_stages=3)
+    if batch > 4:  # the draft
+        return Tuning(m_tile=64, block_n=64, num_warps=4, num_stages=3)
     return Tuning(m_tile=32, block_n=64, num_warps=4, num_stages=2)
 
 
@@ -309,7 +318,7 @@ def block_attention(
     if num_heads % num_kv_heads:
         raise ValueError(f"block_attention: {num_heads} query heads do not group over {num_kv_heads} KV heads")
     group = num_heads // num_kv_heads
-    tuning = tuning or default_tuning(head_dim)
+    tuning = tuning or default_tuning(head_dim, batch)
     block_q = max(16, triton.next_power_of_2(max_block))
     m_tile = max(16, min(tuning.m_tile, triton.next_power_of_2(group * max_block)))
     row_chunks = triton.cdiv(group * max_block, m_tile)
