@@ -124,7 +124,7 @@ def _block_attn_fwd(
     MIN_SPLIT: tl.constexpr,
     WINDOW: tl.constexpr,
     CAUSAL: tl.constexpr,
-    DIRECT: tl.constexpr,  # one split: write the normalised output, no second pass
+    DIRECT: tl.constexpr,  # one split for every request: no second pass
 ):
     chunk = tl.program_id(0)
     req = tl.program_id(1) // NUM_KV_HEADS
@@ -202,7 +202,7 @@ def _block_attn_fwd(
         )
         m_i, l_i, acc = _online_softmax_step(qk, visible, m_i, l_i, acc, v.to(q.dtype))
 
-    if DIRECT:
+    if DIRECT or used == 1:  # the whole context in this program: the normalised output, no merge
         out = acc * (v_scale / tl.where(l_i == 0.0, 1.0, l_i))[:, None]
         tl.store(
             O + (q_start + pos)[:, None].to(tl.int64) * stride_ot + head[:, None] * stride_oh + offs_dv[None, :],
@@ -246,6 +246,8 @@ def _block_attn_reduce(
         return
     ctx_len = tl.load(kv_indptr + req + 1) - tl.load(kv_indptr + req)
     _, _, used = _split_plan(ctx_len, WINDOW, NUM_SPLITS, MIN_SPLIT, BLOCK_N)
+    if used == 1:  # the first pass wrote this request's output
+        return
 
     kv_head = q_head // G
     row = pos * G + q_head % G
