@@ -75,6 +75,17 @@ def test_matches_reference_fp32(name, splits):
     assert err < (1e-5 if DEVICE == "cpu" else 5e-3), f"{name}: relative error {err:.2e}"
 
 
+@pytest.mark.parametrize("dv_parts", [2, 4])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_value_dim_split_across_programs(dv_parts, splits):
+    """Programs that share a row tile and each take a slice of the value dim give the same output."""
+    case = make_case([40, 0, 70], [16, 5, 16], num_heads=8, num_kv_heads=2, head_dim=64, window=30, device=DEVICE,
+                     seed=dv_parts)  # fmt: skip
+    tuning = block_kernel.Tuning(min_split=16, block_n=16, dv_parts=dv_parts)
+    err = rel_err(run_kernel(case, splits=splits, tuning=tuning), reference(case))
+    assert err < (1e-5 if DEVICE == "cpu" else 5e-3)
+
+
 def test_scales_and_default_tuning():
     case = make_case([100, 3], [16, 16], num_heads=4, num_kv_heads=2, head_dim=64, device=DEVICE, seed=7)
     out = torch.empty_like(case.q)

@@ -166,10 +166,11 @@ def errors(kind: dict, ctx: int, batch: int) -> dict:
     return out
 
 
-SWEEP = [
-    block_kernel.Tuning(m_tile=m, block_n=n, num_warps=w, num_stages=s, min_split=ms)
-    for m, n, w, s, ms in itertools.product((16, 32, 64), (32, 64), (4, 8), (2, 3), (256,))
-]
+def sweep_tunings(m_tiles: list[int], dv_parts: list[int]) -> list:
+    return [
+        block_kernel.Tuning(m_tile=m, block_n=n, num_warps=w, num_stages=s, dv_parts=p)
+        for m, n, w, s, p in itertools.product(m_tiles, (32, 64), (4, 8), (2, 3), dv_parts)
+    ]
 
 
 def main() -> None:
@@ -181,6 +182,8 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--sweep-kinds", default="target-sliding,target-global,draft-full")
     ap.add_argument("--sweep-points", default="8192x1,2048x16", help="context x batch pairs the sweep times")
+    ap.add_argument("--sweep-m-tiles", default="16,32,64")
+    ap.add_argument("--sweep-dv-parts", default="1", help="value-dim slices per row tile, e.g. 1,2,4")
     ap.add_argument("--budget-s", type=float, default=300.0, help="no new row starts after this many seconds")
     ap.add_argument("--sweep-budget-s", type=float, default=150.0, help="the same for the sweep, from its start")
     args = ap.parse_args()
@@ -243,7 +246,10 @@ def main() -> None:
         started = time.time()
         points = [tuple(int(x) for x in p.split("x")) for p in args.sweep_points.split(",")]
         for name, (ctx, batch) in itertools.product(args.sweep_kinds.split(","), points):
-            for tuning in SWEEP:
+            tunings = sweep_tunings(
+                [int(x) for x in args.sweep_m_tiles.split(",")], [int(x) for x in args.sweep_dv_parts.split(",")]
+            )
+            for tuning in tunings:
                 if time.time() - started > args.sweep_budget_s:
                     break
                 try:

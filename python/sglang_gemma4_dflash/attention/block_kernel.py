@@ -39,6 +39,7 @@ class Tuning:
     max_splits: int = 32
     num_warps: int = 4
     num_stages: int = 2
+    dv_parts: int = 1  # programs sharing one row tile, each with a slice of the value dim (smaller accumulators)
 
 
 def default_tuning(head_dim: int, batch: int) -> Tuning:
@@ -116,7 +117,8 @@ def _block_attn_fwd(
     D: tl.constexpr,
     DV: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
+    BLOCK_DV: tl.constexpr,  # the value columns of one program: next_pow2(DV) / DV_PARTS
+    DV_PARTS: tl.constexpr,
     BLOCK_Q: tl.constexpr,  # >= block tokens per request, >= 16
     M_TILE: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -126,7 +128,8 @@ def _block_attn_fwd(
     CAUSAL: tl.constexpr,
     DIRECT: tl.constexpr,  # one split for every request: no second pass
 ):
-    chunk = tl.program_id(0)
+    chunk = tl.program_id(0) // DV_PARTS
+    dv_part = tl.program_id(0) % DV_PARTS
     req = tl.program_id(1) // NUM_KV_HEADS
     kv_head = tl.program_id(1) % NUM_KV_HEADS
     split = tl.program_id(2)
@@ -144,7 +147,7 @@ def _block_attn_fwd(
     head = kv_head * G + rows % G
     row_ok = pos < n_q
     offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
+    offs_dv = dv_part * BLOCK_DV + tl.arange(0, BLOCK_DV)
     d_ok = offs_d < D
     dv_ok = offs_dv < DV
 
@@ -210,12 +213,13 @@ def _block_attn_fwd(
             mask=row_ok[:, None] & dv_ok[None, :],
         )
     else:
-        # Mid_O [B, Hkv, NUM_SPLITS, rows, BLOCK_DV], Mid_LSE [B, Hkv, NUM_SPLITS, rows]; rows = G * BLOCK_Q
+        # Mid_O [B, Hkv, NUM_SPLITS, rows, BLOCK_DV * DV_PARTS], Mid_LSE [B, Hkv, NUM_SPLITS, rows]; rows = G * BLOCK_Q
         base = (tl.program_id(1) * NUM_SPLITS + split).to(tl.int64) * (G * BLOCK_Q)
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(tl.where(l_i == 0.0, 1.0, l_i)))
         out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-        tl.store(Mid_O + (base + rows)[:, None] * BLOCK_DV + offs_dv[None, :], out, mask=row_ok[:, None])
-        tl.store(Mid_LSE + base + rows, lse, mask=row_ok)
+        width = BLOCK_DV * DV_PARTS
+        tl.store(Mid_O + (base + rows)[:, None] * width + offs_dv[None, :], out, mask=row_ok[:, None])
+        tl.store(Mid_LSE + base + rows, lse, mask=row_ok & (dv_part == 0))
 
 
 @triton.jit
@@ -324,8 +328,9 @@ def block_attention(
     block_q = max(16, triton.next_power_of_2(max_block))
     m_tile = max(16, min(tuning.m_tile, triton.next_power_of_2(group * max_block)))
     row_chunks = triton.cdiv(group * max_block, m_tile)
-    n_splits = splits or num_splits(batch, num_kv_heads, row_chunks, tuning, q.device)
     block_dv = triton.next_power_of_2(v_dim)
+    dv_parts = min(triton.next_power_of_2(max(1, tuning.dv_parts)), max(1, block_dv // 16))
+    n_splits = splits or num_splits(batch, num_kv_heads, row_chunks * dv_parts, tuning, q.device)
     direct = n_splits == 1
     if direct:
         mid_o = mid_lse = o  # unused
@@ -342,7 +347,7 @@ def block_attention(
         MIN_SPLIT=tuning.min_split,
         WINDOW=int(window),
     )
-    _block_attn_fwd[(row_chunks, batch * num_kv_heads, n_splits)](
+    _block_attn_fwd[(row_chunks * dv_parts, batch * num_kv_heads, n_splits)](
         q,
         k_ext,
         v_ext,
@@ -371,7 +376,8 @@ def block_attention(
         D=head_dim,
         DV=v_dim,
         BLOCK_D=triton.next_power_of_2(head_dim),
-        BLOCK_DV=block_dv,
+        BLOCK_DV=block_dv // dv_parts,
+        DV_PARTS=dv_parts,
         M_TILE=m_tile,
         CAUSAL=bool(causal),
         DIRECT=direct,
