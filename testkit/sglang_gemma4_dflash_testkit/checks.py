@@ -107,6 +107,48 @@ def _rank_head(rank, world_size, hs, weight):
     return ids.tolist()  # plain data back to the parent: the child's tensor storage ends with it
 
 
+BLOCK_ATTENTION_TOLERANCE = {"cpu": 1e-5, "cuda": 5e-3}  # fp32 (interpreter) / tf32 and bf16 on a GPU
+
+
+def block_attention_check() -> dict:
+    """The plugin's block-attention kernel at the tiny pair's attention shapes (target sliding and full layers,
+    the draft's non-causal block), contexts shorter and longer than the window, against the fp32 reference and
+    SGLang's own extend kernel. On CPU the kernels run under Triton's interpreter (``TRITON_INTERPRET=1``)."""
+    from sglang_gemma4_dflash.attention.block_kernel import block_attention
+
+    from sglang_gemma4_dflash_testkit.block_attention_ref import make_case, reference
+    from sglang_gemma4_dflash_testkit.tiny import TINY
+    from sglang_gemma4_dflash_testkit.verify_backend import upstream_extend_kernel
+
+    extend_attention_fwd = upstream_extend_kernel()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    window = TINY.sliding_window - 1  # what SGLang 0.5.14+ passes for a Gemma 4 sliding layer
+    heads = dict(num_heads=TINY.num_attention_heads, num_kv_heads=TINY.num_key_value_heads, head_dim=TINY.head_dim)
+    draft = dict(num_heads=TINY.draft_num_attention_heads, num_kv_heads=TINY.draft_num_attention_heads,
+                 head_dim=TINY.draft_head_dim, causal=False)  # fmt: skip
+    ctx, blocks = [0, 9, 40, 100], [TINY.block_size] * 4
+    cases = {
+        "target sliding layer": make_case([min(n, window) for n in ctx], blocks, window=window, device=device, **heads),
+        "target full layer": make_case(ctx, blocks, device=device, **heads),
+        "draft block": make_case(ctx, blocks, device=device, **draft),
+    }
+    rows = []
+    for name, case in cases.items():
+        ref = reference(case)
+        args = case.kernel_args()
+        block_attention(*args, max_block=case.max_block, causal=case.causal, sm_scale=case.sm_scale, window=case.window)
+        theirs = case.kernel_args()
+        extend_attention_fwd(*theirs, None, case.causal, None, case.max_block, 1.0, 1.0, sm_scale=case.sm_scale,
+                             sliding_window_size=case.window)  # fmt: skip
+
+        def err(out):
+            return float(((out.float() - ref).norm() / ref.norm()).item())
+
+        rows.append({"case": name, "plugin_error": err(args[3]), "sglang_extend_error": err(theirs[3])})
+    ok = all(r["plugin_error"] < BLOCK_ATTENTION_TOLERANCE[device] for r in rows)
+    return {"ok": ok, "device": device, "tolerance": BLOCK_ATTENTION_TOLERANCE[device], "cases": rows}
+
+
 def serve_cpu_vs_transformers(target_dir, prompts: list[str], max_new_tokens: int = 24) -> dict:
     """The tiny target served by SGLang on CPU; every greedy output against transformers' greedy."""
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -12,8 +12,10 @@ Without a GPU:
      target_layer_ids, aux hidden states and logits against transformers,
   4. the draft-head check: the plugin's greedy head against a full-vocabulary argmax, on the tiny
      target's tied head, at TP=1 and split over 2 real processes,
-  5. the tiny Gemma 4 served by SGLang on CPU, greedy outputs against transformers' greedy.
-With a GPU, step 5 serves the tiny target plainly and with DFLASH and compares the tokens.
+  5. the block-attention kernel at the tiny pair's shapes against an fp32 reference and SGLang's extend kernel
+     (under Triton's interpreter),
+  6. the tiny Gemma 4 served by SGLang on CPU, greedy outputs against transformers' greedy.
+With a GPU, step 6 serves the tiny target plainly and with DFLASH and compares the tokens.
 """
 
 from __future__ import annotations
@@ -91,6 +93,17 @@ def check_head(paths: dict) -> dict:
     return result
 
 
+@stage("block attention: the plugin's kernel vs an fp32 reference and SGLang's extend kernel")
+def check_block_attention() -> dict:
+    from sglang_gemma4_dflash_testkit import checks
+
+    result = checks.block_attention_check()
+    for row in result["cases"]:
+        print(f"{row['case']:22s} relative error: plugin {row['plugin_error']:.1e}, "
+              f"SGLang extend {row['sglang_extend_error']:.1e} (tolerance {result['tolerance']:.0e})")  # fmt: skip
+    return result
+
+
 @stage("serve: tiny Gemma 4 through SGLang, greedy, against transformers")
 def serve(paths: dict, use_gpu: bool) -> dict:
     from sglang_gemma4_dflash_testkit import checks
@@ -110,12 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sglang_gemma4_dflash_testkit", description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=Path(".tiny"), help="where the tiny checkpoints go")
     parser.add_argument("--out", type=Path, default=None, help="JSON summary (default: WORKDIR/main_job.json)")
-    parser.add_argument("--skip-server", action="store_true", help="skip step 5 (starting an SGLang server)")
+    parser.add_argument("--skip-server", action="store_true", help="skip step 6 (starting an SGLang server)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
 
     use_gpu = _has_gpu()
     os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "0" if use_gpu else "1")
+    if not use_gpu:  # read when Triton decorates its kernels: before anything imports Triton
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     if not use_gpu:
         from sglang_gemma4_dflash_testkit import cpu_standins
 
@@ -129,10 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     paths = steps["checkpoints"]["paths"]
     steps["capture"] = check_capture(paths)
     steps["head"] = check_head(paths)
+    steps["block_attention"] = check_block_attention()
     not_run = {}
     if not use_gpu:
         not_run["serve with DFLASH"] = (
-            "needs a CUDA GPU: SGLang refuses --speculative-algorithm DFLASH on CPU; step 5 served the tiny target "
+            "needs a CUDA GPU: SGLang refuses --speculative-algorithm DFLASH on CPU; step 6 served the tiny target "
             "plainly and compared it with transformers instead"
         )
     if args.skip_server:
