@@ -46,7 +46,10 @@ def check_draft_at_init(original, self, *args, **kwargs):
     build = sampling_prebuild.start()
     result = original(self, *args, **kwargs)  # if it raises, the error goes out at once, not after the build
     sampling_prebuild.finish(build)
-    logger.info("sglang-gemma4-dflash: %s", pieces_running(self, target_model, draft_path))
+    try:
+        logger.info("sglang-gemma4-dflash: %s", pieces_running(self, target_model, draft_path))
+    except Exception as exc:  # a report, never a reason to stop the worker
+        logger.warning("sglang-gemma4-dflash: cannot say which pieces run in this worker (%r)", exc)
     return result
 
 
