@@ -21,13 +21,17 @@ from sglang_gemma4_dflash.head.greedy import (
     MIN_BLOCK_ROWS,
     NO_TOKEN,
     UnsupportedHeadError,
+    exchange_slots,
     greedy_token_ids,
     is_dense_head,
     layout_for_head,
+    pick_first,
     pick_global,
+    score_blocks,
     score_local,
     vocab_block_rows,
 )
+from sglang_gemma4_dflash_testkit.kernels import KernelCount
 
 TINY_BUDGET = 1  # forces the smallest vocabulary block (MIN_BLOCK_ROWS rows): many blocks per range
 PAD_VALUE = 100.0  # padding rows hold this: they would win every row if they were ever scored
@@ -78,14 +82,22 @@ def local_weight(full: torch.Tensor, shard: VocabParallelEmbeddingShardIndices) 
 
 
 def combine_ranks(hidden: torch.Tensor, heads: list, budget: int = TINY_BUDGET) -> torch.Tensor:
-    """Each rank's local scorer, then the global pick, in-process (the exchange is a stack)."""
+    """Each rank's local scorer, then the global pick, in-process (the exchange is a concatenation), as
+    ``greedy_token_ids`` does: a split head sends every block and takes one argmax (rank order is id order),
+    a vocab-parallel head sends its best block and picks the max, then the lowest id."""
+    layouts = [layout_for_head(head, rank, len(heads)) for rank, head in enumerate(heads)]
     values, ids = [], []
-    for rank, head in enumerate(heads):
-        layout = layout_for_head(head, rank, len(heads))
-        v, i = score_local(hidden, head.weight, layout, budget_bytes=budget)
+    for head, layout in zip(heads, layouts):
+        if layout.split:
+            slots = exchange_slots(layout, hidden.shape[0], head.weight.element_size(), budget)
+            v, i = score_blocks(hidden, head.weight, layout, budget_bytes=budget, slots=slots)
+        else:
+            v, i = (t[None] for t in score_local(hidden, head.weight, layout, budget_bytes=budget))
         values.append(v.to(torch.float64))
         ids.append(i.to(torch.float64))
-    return pick_global(torch.stack(values), torch.stack(ids))
+    values, ids = torch.cat(values), torch.cat(ids)
+    picked = pick_first(values, ids) if layouts[0].split else pick_global(values, ids)
+    return picked.to(torch.int64)
 
 
 # --------------------------------------------------------------------------- one head, one rank
@@ -357,16 +369,52 @@ def test_pick_global_takes_the_max_then_the_lowest_id_not_the_first_rank():
 
 def test_a_rank_without_rows_never_wins():
     head = Head(torch.ones(3, 2))
-    layout = layout_for_head(head, 0, 4)  # 3 tokens over 4 ranks: rank 0 has none
+    layout = layout_for_head(head, 3, 4)  # 3 tokens over 4 ranks: the last rank has none
     assert layout.ranges == ()
     values, ids = score_local(torch.ones(2, 2), head.weight, layout)
     assert values.tolist() == [float("-inf")] * 2 and ids.tolist() == [NO_TOKEN] * 2
+    hidden = torch.tensor([[float("-inf"), 0.0]])  # every logit -inf: the answer is id 0, not the empty rank's
+    assert combine_ranks(hidden, [head] * 4).tolist() == [0] == oracle(hidden, head.weight).tolist()
+
+
+@pytest.mark.parametrize("vocab,tp", [(3, 4), (5, 4), (1001, 4), (1003, 3)])
+def test_split_slices_are_largest_first_so_ranks_without_rows_come_last(vocab, tp):
+    # pick_first takes the first maximal slot: a rank without rows (all -inf) must never come before rows
+    rows = [layout_for_head(Head(torch.zeros(vocab, 2)), r, tp).num_rows for r in range(tp)]
+    assert rows == sorted(rows, reverse=True) and rows[0] == -(-vocab // tp)
+
+
+def test_pick_first_takes_the_first_slot_holding_the_max_nan_first():
+    nan = float("nan")
+    values = torch.tensor([[1.0, nan, 2.0, float("-inf")], [3.0, nan, 2.0, float("-inf")], [3.0, 1.0, nan, 0.0]])
+    ids = torch.tensor([[0, 1, 2, 3], [10, 11, 12, 13], [20, 21, 22, 23]])
+    assert pick_first(values, ids).tolist() == [10, 1, 22, 23]
 
 
 def test_block_rows_depend_only_on_token_count_and_budget():
     assert vocab_block_rows(1, 2, 1 << 20) == (1 << 19) // MIN_BLOCK_ROWS * MIN_BLOCK_ROWS
     assert vocab_block_rows(100, 2, 16 << 20) == 83840  # 16 MiB / (100 * 2 B), rounded down to 128s
     assert vocab_block_rows(10**6, 4, 1) == MIN_BLOCK_ROWS
+
+
+# --------------------------------------------------------------------------- kernels per call (issue 19)
+
+
+@pytest.mark.parametrize(
+    "rows,blocks,most",
+    # one block: matmul, max (no "+ 0" for ids that start at 0); two blocks: matmul and max each, the second
+    # block's id offset, one argmax over the blocks and a gather (was 20 with the elementwise merge).
+    [(15, 1, 2), (960, 2, 7)],
+)
+def test_the_eager_head_launches_few_kernels_at_tp1(rows, blocks, most):
+    head = Head(torch.randn(4096, 64).to(torch.bfloat16))
+    hidden = torch.randn(rows, 64, dtype=torch.bfloat16)
+    budget = rows * 2 * (4096 // blocks)  # exactly ``blocks`` vocabulary blocks
+    with KernelCount() as count:
+        ids = greedy_token_ids(hidden, head, budget_bytes=budget)
+    assert count.names.count("mm") == blocks
+    assert count.kernels <= most, count.names
+    assert torch.equal(ids, oracle(hidden, head.weight))
 
 
 # --------------------------------------------------------------------------- draft sampler, one rank

@@ -22,6 +22,7 @@ SAMPLER_BLOCK = 4
 TINY_BUDGET = 1  # smallest vocabulary blocks: the running merge is exercised on every rank
 PAD_VALUE = 100.0  # padding rows of a ParallelLMHead: they would win every row if ever scored
 WORLD_SIZES = (1, 2, 4)
+KERNEL_VOCAB = 4096
 
 # (vocab, base vocab): no padding, padding (V not divisible by the ranks), added vocabulary
 SHARD_CASES = ((1024, 1024), (1001, 1001), (1000, 990), (700, 640))
@@ -136,6 +137,7 @@ def _rank_cases(rank: int, world: int) -> dict:
     from sglang.srt.models.gemma4_causal import Gemma4TextScaledWordEmbedding
     from sglang_gemma4_dflash.dflash.draft_sampler import SplitHeadDraftSampler
     from sglang_gemma4_dflash.head.greedy import greedy_token_ids, layout_for_head
+    from sglang_gemma4_dflash_testkit.kernels import KernelCount
 
     group = get_tp_group()
     assert (group.world_size, group.rank_in_group) == (world, rank)
@@ -181,6 +183,28 @@ def _rank_cases(rank: int, world: int) -> dict:
     sampler = SplitHeadDraftSampler(head, block_size=2, max_bs=2, tp_group=group, budget_bytes=TINY_BUDGET)
     sampler(hidden)  # two draft blocks: rows 1 and 3 are drafted
     out["nan_sampler"] = sampler.out.tolist()
+
+    # Issue 19: kernels per draft step of the split sampler at block 16, batch 1 (one vocabulary block per rank)
+    # and batch 64 (960 rows, two blocks per rank), bf16 as on a GPU.
+    head = Gemma4TextScaledWordEmbedding(KERNEL_VOCAB, H, padding_idx=0).to(torch.bfloat16)
+    with torch.no_grad():
+        head.weight.copy_(full_weight(KERNEL_VOCAB, torch.bfloat16, seed=19))  # integer-valued: exact logits
+    out["kernels"] = {}
+    for bs, blocks in ((1, 1), (64, 2)):
+        rows = bs * 15
+        budget = rows * 2 * (KERNEL_VOCAB // world // blocks)  # exactly ``blocks`` blocks per rank
+        sampler = SplitHeadDraftSampler(head, block_size=16, max_bs=64, tp_group=group, budget_bytes=budget)
+        hidden = torch.randint(-2, 3, (bs * 16, H), generator=torch.Generator().manual_seed(bs)).to(torch.bfloat16)
+        with KernelCount() as count:
+            sampler(hidden)
+        drafted = hidden.view(bs, 16, H)[:, 1:].reshape(-1, H)
+        out["kernels"][bs] = {
+            "kernels": count.kernels,
+            "collectives": count.collectives,
+            "matmuls": count.names.count("mm"),
+            "names": count.names,
+            "exact": sampler.out[:rows].tolist() == oracle(drafted, head.weight),
+        }
 
     # Issue 4: ranks whose hidden states differ slightly.
     weight, hidden = diverging_inputs(rank)
@@ -251,6 +275,21 @@ def test_nan_logits_follow_torch_argmax_on_every_rank(ranks):
     weight, hidden = nan_inputs()
     assert _same_on_every_rank(results, "nan") == torch.argmax(hidden @ weight.T, dim=-1).tolist() == [700] * 3 + [0]
     assert _same_on_every_rank(results, "nan_sampler") == [700, 0]  # drafted rows 1 and 3
+
+
+def test_the_split_sampler_launches_few_kernels_per_draft_step(ranks):
+    """Per rank and draft step: matmul and max per vocabulary block, the block offsets of ids not starting at 0,
+    two copies into the exchange buffer, one all-gather, one argmax and a gather over every rank's blocks (rank
+    order is id order), the copy into the output; at batch 64 the drafted rows are gathered first (a copy).
+    The first version launched 14 kernels at batch 1 and 31 at batch 64 (tp 2); upstream's sampler about 8."""
+    world, results = ranks
+    for rank, result in enumerate(results):
+        for bs, most in ((1, 8), (64, 12)) if world > 1 else ((1, 3), (64, 9)):
+            got = result["kernels"][bs]
+            assert got["exact"], (rank, bs)
+            assert got["matmuls"] == (1 if bs == 1 else 2), got["names"]
+            assert got["collectives"] == (1 if world > 1 else 0), got["names"]
+            assert got["kernels"] <= most, (rank, bs, got["names"])
 
 
 def test_ranks_with_different_hidden_states_agree_only_when_synced(ranks):

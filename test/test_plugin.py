@@ -1,4 +1,5 @@
-"""The plugin is found and applied by SGLang's own loader, once, and only when allowed.
+"""The plugin is found and applied by SGLang's own loader, once, and only when allowed; it imports no
+SGLang model or worker module itself, and its hooks go on when SGLang imports them.
 
 Each case runs in a fresh interpreter: SGLang's loader and HookRegistry are process-global, exactly
 as in a real launcher or scheduler process.
@@ -11,6 +12,7 @@ import sys
 import textwrap
 from importlib.metadata import entry_points
 
+import pytest
 from sglang_gemma4_dflash import hooks
 from sglang_gemma4_dflash.compat import SGLangFeatures, TargetClass, WorkerClass
 
@@ -24,9 +26,12 @@ PROBE = textwrap.dedent(
     from sglang.srt.plugins.hook_registry import HookRegistry
     load_plugins()
     load_plugins()  # a second call (engine + scheduler paths) must change nothing
-    from sglang_gemma4_dflash import plugin
-    if plugin._registered is not None:
+    from sglang_gemma4_dflash import compat, plugin
+    from sglang_gemma4_dflash.state import STATE
+    imported_by_load_plugins = sorted(m for m in compat.hooked_modules() if m in sys.modules)
+    if STATE.loaded:
         plugin.register()  # nor must a direct second registration
+    # What a scheduler does later: SGLang imports the Gemma 4 models (its model registry) and the worker.
     from sglang.srt.models.gemma4_causal import Gemma4ForCausalLM
     from sglang.srt.models.gemma4_mm import Gemma4ForConditionalGeneration
     from sglang_gemma4_dflash.compat import probe, resolve
@@ -44,7 +49,6 @@ PROBE = textwrap.dedent(
         return False
 
     worker = resolve(probe().workers[0].path)
-    from sglang_gemma4_dflash import compat
     from sglang_gemma4_dflash.attention import backend_hooks
     block_hooks = [
         compat.hook_in_place(compat.TRITON_BACKEND + ".__init__", backend_hooks.init_backend),
@@ -60,6 +64,7 @@ PROBE = textwrap.dedent(
         "worker_wrapped": hasattr(worker._greedy_sample_from_vocab_parallel_head, "__wrapped__"),
         "v1_step_wrapped": hasattr(getattr(worker, "_prepare_for_speculative_decoding", None), "__wrapped__"),
         "sglang": probe().version,
+        "imported_by_load_plugins": imported_by_load_plugins,
     }))
     """
 )
@@ -81,25 +86,59 @@ def test_entry_point_is_registered():
 
 def test_load_plugins_installs_every_change_once():
     result, log = run_probe()
+    assert result["imported_by_load_plugins"] == []  # the hooks went on when SGLang imported the modules
     assert result["causal_ours"] and result["mm_ours"]
     assert result["worker_wrapped"]
     hooked = {t: n for t, n in result["hook_counts"].items() if n}
     assert hooked, "no hook registered"
     assert all(n == 1 for n in hooked.values()), hooked  # idempotent across repeated loads
     assert set(hooked) <= set(result["patched"]), "registered but not applied"
-    info_lines = [line for line in log.splitlines() if "sglang-gemma4-dflash" in line and "installed:" in line]
-    assert len(info_lines) == 1, log[-3000:]
-    assert "left to upstream:" in info_lines[0]
+    loaded = [line for line in log.splitlines() if "sglang-gemma4-dflash 0.1.0 loaded on SGLang" in line]
+    assert len(loaded) == 1, log[-3000:]
+    for module in ("models.gemma4_causal", "models.gemma4_mm", "speculative.dflash_worker_v2"):
+        lines = [line for line in log.splitlines() if f"sglang-gemma4-dflash on {module}: installed:" in line]
+        assert len(lines) == 1, (module, log[-3000:])  # one line per module, when SGLang imported it
+        assert "left to upstream:" in lines[0]
     assert result["block_hooks"] == [True, True]
-    assert info_lines[0].endswith("block attention kernel on")
+    line = [x for x in log.splitlines() if "sglang-gemma4-dflash on layers.attention.triton_backend:" in x]
+    assert len(line) == 1 and line[0].endswith("block attention kernel on"), log[-3000:]
 
 
 def test_block_attention_switch_leaves_the_triton_backend_alone():
     result, log = run_probe(SGLANG_GEMMA4_DFLASH_BLOCK_ATTENTION="0")
     assert result["worker_wrapped"]  # the rest of the plugin is there
     assert result["block_hooks"] == [False, False]
-    info = [line for line in log.splitlines() if "installed:" in line][0]
-    assert "verify and draft block attention" in info and info.endswith("block attention kernel off")
+    line = [x for x in log.splitlines() if "sglang-gemma4-dflash on layers.attention.triton_backend:" in x][0]
+    assert "verify and draft block attention" in line and line.endswith("block attention kernel off")
+
+
+DETOKENIZER = textwrap.dedent(
+    """
+    import json, sys, time
+    from sglang_gemma4_dflash_testkit.cpu_standins import install
+    install()
+    import sglang.srt.managers.detokenizer_manager  # what SGLang's detokenizer process has imported
+    from sglang.srt.plugins import load_plugins
+    before = set(sys.modules)
+    start = time.perf_counter()
+    load_plugins()
+    print(json.dumps({"s": time.perf_counter() - start, "new": sorted(set(sys.modules) - before)}))
+    """
+)
+
+
+@pytest.mark.parametrize("line", ["0.5.2x", "0.5.13"])
+def test_load_plugins_in_a_process_that_runs_no_model_imports_only_the_plugin(request, line):
+    """Issue 19: the detokenizer, DP controller and launcher load plugins too. The first version imported the
+    Gemma 4 models and DFlash workers there: +0.85-0.93 s and +523 modules on 0.5.23 (+0.5 s, +222 on 0.5.13)."""
+    python, extra = request.getfixturevalue("sglang_0513") if line == "0.5.13" else (sys.executable, {})
+    env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1", SGLANG_PLUGINS="gemma4_dflash", **extra)
+    proc = subprocess.run([python, "-c", DETOKENIZER], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [m for m in out["new"] if not m.startswith("sglang_gemma4_dflash")] == [], out["new"][:40]
+    assert len(out["new"]) <= 20 and out["s"] < 0.5, out
+    assert "sglang-gemma4-dflash" in proc.stderr  # the plugin did run
 
 
 def test_sglang_plugins_whitelist_switches_it_off():
@@ -163,3 +202,42 @@ def test_on_sglang_0_5_13_without_the_plugin_gemma4_has_no_capture_method(sglang
     result, _ = run_probe(python, SGLANG_PLUGINS="some_other_plugin", **extra)
     assert result["worker"] == "v1"
     assert not result["causal_ours"] and not result["worker_wrapped"] and not result["v1_step_wrapped"]
+
+
+OTHER_PLUGIN = textwrap.dedent(
+    """
+    import json, sys
+    from sglang_gemma4_dflash_testkit.cpu_standins import install
+    install()
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    TARGET = "sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2._greedy_sample_from_vocab_parallel_head"
+    def other(original, *args, **kwargs):  # another plugin's hook on a method this plugin hooks too
+        return original(*args, **kwargs)
+    HookRegistry.register(TARGET, other, HookType.AROUND)
+    assert "sglang.srt.speculative.dflash_worker_v2" not in sys.modules
+    load_plugins()  # its apply_hooks() imports the worker for the other hook: the plugin installs inside that pass
+    from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
+    from sglang_gemma4_dflash import compat
+    from sglang_gemma4_dflash.dflash import worker_hooks
+    wrappers, fn = 0, DFlashWorkerV2._greedy_sample_from_vocab_parallel_head
+    while hasattr(fn, "__wrapped__"):
+        wrappers, fn = wrappers + 1, fn.__wrapped__
+    print(json.dumps({
+        "wrappers": wrappers,
+        "hooks": len(HookRegistry._hooks[TARGET]),
+        "ours": compat.hook_in_place(TARGET, worker_hooks.greedy_sample),
+        "init": compat.hook_in_place(TARGET.rsplit(".", 1)[0] + ".__init__", worker_hooks.check_draft_at_init),
+    }))
+    """
+)
+
+
+def test_a_worker_imported_inside_sglangs_hook_pass_is_hooked_once_with_the_other_plugins_hook():
+    """Another plugin hooking the same method makes load_plugins()'s apply_hooks() import the worker module,
+    and the plugin installs on it inside that pass: every hook must be applied exactly once."""
+    env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1", SGLANG_PLUGINS="gemma4_dflash")
+    proc = subprocess.run([sys.executable, "-c", OTHER_PLUGIN], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"wrappers": 2, "hooks": 2, "ours": True, "init": True}

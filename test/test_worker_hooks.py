@@ -5,6 +5,7 @@ The DFlash worker itself needs a GPU; these tests hand each hook the parts of a 
 """
 
 import json
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -109,16 +110,19 @@ def tiny_dirs(tmp_path_factory):
     return write_tiny_checkpoints(tmp_path_factory.mktemp("tiny"))
 
 
-def _init_with_draft(gemma4, draft_dir):
+def _init_with_draft(gemma4, draft_dir, init=_InitSignature, **server_args):
     target_worker = SimpleNamespace(
         model_runner=SimpleNamespace(model=gemma4, model_config=SimpleNamespace(hf_config=gemma4.config))
     )
     server_args = SimpleNamespace(
-        speculative_draft_model_path=str(draft_dir), trust_remote_code=False, speculative_draft_model_revision=None
+        speculative_draft_model_path=str(draft_dir),
+        trust_remote_code=False,
+        speculative_draft_model_revision=None,
+        **server_args,
     )
-    worker = _InitSignature.__new__(_InitSignature)
+    worker = init.__new__(init)
     worker_hooks.check_draft_at_init(
-        _InitSignature.__init__, worker, server_args, 0, 0, None, 0, 0, 0, 0, target_worker=target_worker
+        init.__init__, worker, server_args, 0, 0, None, 0, 0, 0, 0, target_worker=target_worker
     )
     return worker
 
@@ -156,12 +160,148 @@ def test_init_hook_refuses_a_draft_that_does_not_fit_before_init_runs(gemma4, ti
         _init_with_draft(gemma4, draft)
 
 
-def _draft_copy(src, dst, *, hidden_size, vocab_size, target_layer_ids, mask_token_id=TINY.mask_token_id):
+def _draft_copy(src, dst, *, hidden_size, vocab_size, target_layer_ids, mask_token_id=TINY.mask_token_id, **dflash):
     config = json.loads((src / "config.json").read_text())
     config.update(hidden_size=hidden_size, vocab_size=vocab_size)
-    config["dflash_config"].update(target_layer_ids=target_layer_ids, mask_token_id=mask_token_id)
+    config["dflash_config"].update(target_layer_ids=target_layer_ids, mask_token_id=mask_token_id, **dflash)
     (dst / "config.json").write_text(json.dumps(config))
     return dst
+
+
+def _fitting_draft(gemma4, tiny_dirs, tmp_path, **dflash):
+    return _draft_copy(
+        tiny_dirs["draft"],
+        tmp_path,
+        hidden_size=gemma4.config.hidden_size,
+        vocab_size=gemma4.config.vocab_size,
+        target_layer_ids=[1, 3],
+        **dflash,
+    )
+
+
+def test_init_hook_warns_when_the_draft_tokens_differ_from_the_drafts_block(gemma4, tiny_dirs, tmp_path, caplog):
+    draft = _fitting_draft(gemma4, tiny_dirs, tmp_path, block_size=16)
+    with caplog.at_level(logging.WARNING, logger="sglang_gemma4_dflash"):
+        _init_with_draft(gemma4, draft, speculative_num_draft_tokens=16)
+        assert not [r for r in caplog.records if "block_size" in r.getMessage()]
+        _init_with_draft(gemma4, draft, speculative_num_draft_tokens=32)
+    (record,) = [r for r in caplog.records if "block_size" in r.getMessage()]
+    message = record.getMessage()
+    assert "dflash_config.block_size=16" in message and "--speculative-num-draft-tokens is 32" in message
+    assert "pass --speculative-num-draft-tokens 16" in message
+
+
+@pytest.mark.parametrize("block_size", [0, "16", 2.5])
+def test_init_hook_refuses_a_block_size_that_is_not_a_positive_int(gemma4, tiny_dirs, tmp_path, block_size):
+    draft = _fitting_draft(gemma4, tiny_dirs, tmp_path, block_size=block_size)
+    with pytest.raises(ValueError, match=f"dflash_config.block_size={block_size!r}; it must be a positive int"):
+        _init_with_draft(gemma4, draft, speculative_num_draft_tokens=16)
+
+
+class _InitWithSampler(_InitSignature):
+    """A v2 worker that built the plugin's graph sampler."""
+
+    def __init__(
+        self, server_args, gpu_id, tp_rank, dp_rank, moe_ep_rank, attn_cp_rank, moe_dp_rank, nccl_port, target_worker
+    ):
+        from sglang_gemma4_dflash.dflash.draft_sampler import SplitHeadDraftSampler
+
+        head = torch.nn.Embedding(64, 4)
+        self._draft_sampler = SplitHeadDraftSampler(head, block_size=4, max_bs=1)
+
+
+def test_init_hook_logs_one_line_saying_which_pieces_run(gemma4, tiny_dirs, tmp_path, caplog):
+    draft = _fitting_draft(gemma4, tiny_dirs, tmp_path)
+    gemma4.model.layers_to_capture = [2, 4]  # what the capture method set when the target loaded (ids 1 and 3)
+    with caplog.at_level(logging.INFO, logger="sglang_gemma4_dflash"):
+        _init_with_draft(gemma4, draft)
+        _init_with_draft(gemma4, draft, init=_InitWithSampler)
+    lines = [r.getMessage() for r in caplog.records if "start-up checks passed" in r.getMessage()]
+    assert len(lines) == 2, lines  # one per worker
+    for line in lines:
+        assert f"draft {draft}" in line and "capture of layers [1, 3]" in line and "for Gemma4ForCausalLM" in line
+    assert "draft head: upstream's eager head" in lines[0]  # this stand-in worker has no head method to hook
+    assert "draft head: the plugin's split head in the draft CUDA graph over 1 rank(s)" in lines[1]
+
+
+def test_eager_head_hook_works_out_the_group_and_layout_once_per_worker_and_head(gemma4, monkeypatch):
+    from sglang_gemma4_dflash import compat
+
+    calls = {"layout": 0, "group": 0}
+    layout_for_head, batch_group = worker_hooks.layout_for_head, compat.batch_group
+
+    def counting_layout(*args):
+        calls["layout"] += 1
+        return layout_for_head(*args)
+
+    def counting_group():
+        calls["group"] += 1
+        return batch_group()
+
+    monkeypatch.setattr(worker_hooks, "layout_for_head", counting_layout)
+    monkeypatch.setattr(compat, "batch_group", counting_group)
+    hidden = torch.randn(5, gemma4.config.hidden_size, generator=torch.Generator().manual_seed(2))
+    want = torch.argmax(hidden @ gemma4.lm_head.weight.T, dim=-1)
+    worker = _worker(gemma4)
+    for _ in range(3):
+        got = worker_hooks.greedy_sample(None, worker, hidden_states=hidden, lm_head=gemma4.lm_head)
+        assert torch.equal(got, want)
+    assert calls == {"layout": 1, "group": 1}
+    other = torch.nn.Embedding(gemma4.config.vocab_size, gemma4.config.hidden_size)  # another head: worked out anew
+    worker_hooks.greedy_sample(None, worker, hidden_states=hidden, lm_head=other)
+    assert calls == {"layout": 2, "group": 2}
+
+
+ACCEPTANCE = """
+import json
+import logging
+from types import SimpleNamespace
+from sglang_gemma4_dflash_testkit.cpu_standins import install
+install()
+from sglang.srt.managers.schedule_batch import Req
+from sglang.srt.models.gemma4_causal import Gemma4ForCausalLM
+from sglang_gemma4_dflash.dflash import worker_hooks
+
+def request():
+    req = Req.__new__(Req)  # SGLang's request; only the counters the verify step keeps
+    req.spec_verify_ct, req.spec_correct_drafts_histogram = 0, []
+    return req
+
+reqs = [request(), request()]
+steps = [[3, 0], [7, 3], [3, 1]]  # drafts accepted per request in three verify steps
+
+def verify(worker, batch):  # what the v1 verify does to the requests, and what it returns
+    for req in batch.reqs:
+        req.spec_verify_ct += 1
+    return SimpleNamespace(num_correct_drafts_per_req_cpu=steps[len(seen)])
+
+seen = []
+target = SimpleNamespace(model_runner=SimpleNamespace(model=Gemma4ForCausalLM.__new__(Gemma4ForCausalLM)))
+worker = SimpleNamespace(target_worker=target)
+for _ in steps:
+    worker_hooks.record_acceptance(verify, worker, SimpleNamespace(reqs=reqs))
+    seen.append(1)
+other = SimpleNamespace(target_worker=SimpleNamespace(model_runner=SimpleNamespace(model=object())))
+lone = request()
+seen.clear()
+worker_hooks.record_acceptance(verify, other, SimpleNamespace(reqs=[lone, request()]))
+print(json.dumps({"hist": [r.spec_correct_drafts_histogram for r in reqs], "other": lone.spec_correct_drafts_histogram}))
+"""
+
+
+def test_v1_verify_steps_fill_each_requests_acceptance_histogram(sglang_0513):
+    """SGLang 0.5.13's v1 verify counts steps but fills no per-step histogram, so meta_info had no per-position
+    acceptance; the hook fills it through SGLang's own Req method (bench reads it as on 0.5.16)."""
+    import os
+    import subprocess
+
+    python, extra = sglang_0513
+    env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1", **extra)
+    proc = subprocess.run([python, "-c", ACCEPTANCE], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["hist"] == [[0, 0, 0, 2, 0, 0, 0, 1], [1, 1, 0, 1]]  # steps by drafts accepted
+    assert out["other"] == []  # not a Gemma 4 target: untouched
 
 
 def test_eager_head_hook_passes_unknown_arguments_to_upstream_unchanged(gemma4):

@@ -1,28 +1,37 @@
 """The one adapter between this plugin and the SGLang line that is installed.
 
 Everything that differs between SGLang lines is answered here, by probing the installed
-package for what it has (modules, classes, methods) rather than by a version table:
+package for what it has (modules, classes, methods, the source of two methods) rather than by a
+version table:
 
 - which DFlash worker classes the line ships: v1 ``speculative.dflash_worker.DFlashWorker``
-  (0.5.11-0.5.13) and/or v2 ``speculative.dflash_worker_v2.DFlashWorkerV2`` (0.5.14+). Every class
+  (0.5.12-0.5.13) and/or v2 ``speculative.dflash_worker_v2.DFlashWorkerV2`` (0.5.14+). Every class
   present is hooked: the line picks one at run time (``SpeculativeAlgorithm.create_worker``);
+- which Gemma 4 target classes it registers, whether each already has ``set_dflash_layers_to_capture``
+  from upstream, and whether its forward can capture hidden states at all (0.5.11 cannot);
 - whether a hook target exists and takes the arguments the hook binds, and whether a hook is in place;
-- which Gemma 4 target classes it registers, and whether each already has
-  ``set_dflash_layers_to_capture`` from upstream;
 - whether the v2 worker folds the draft head into its CUDA graph (``_maybe_build_draft_sampler``);
-- how to reach the tensor-parallel group (and, under DP attention, the ranks that share one batch), the
-  largest draft CUDA-graph batch and the eager-sampler switch.
+- SGLang's HookRegistry, the draft's HF config, the tensor-parallel group (and, under DP attention, the
+  ranks that share one batch), the largest draft CUDA-graph batch and the eager-sampler switch.
 
-Other modules ask ``probe()`` and never look at SGLang's layout themselves.
+Importing an SGLang module here never raises: a failure is recorded (``import_errors()``) and the
+module counts as absent, so only the pieces that need it are left out. ``probe()`` imports every
+module that holds a hook target (for ``doctor``); ``probe_loaded(modules)`` looks only at modules
+SGLang has already imported (the plugin installs lazily, ``plugin.py``). Other modules never import
+SGLang themselves.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
 import importlib.util
 import inspect
+import logging
 import os
+import sys
+import textwrap
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 
@@ -38,16 +47,30 @@ GEMMA4_TARGETS = (
     "sglang.srt.models.gemma4_mm.Gemma4ForConditionalGeneration",
 )
 GEMMA4_SUBCLASS_TARGETS = ("sglang.srt.models.gemma4_unified.Gemma4UnifiedForConditionalGeneration",)
-
+# The text stack both targets run; its forward collects the hidden states of ``layers_to_capture``.
+GEMMA4_TEXT_MODEL = "sglang.srt.models.gemma4_causal.Gemma4TextModel"
+# The first SGLang line whose Gemma 4 models can capture hidden states (0.5.11 cannot), as pyproject.toml says.
+FIRST_SUPPORTED = "0.5.12"
 TRITON_BACKEND = "sglang.srt.layers.attention.triton_backend.TritonAttnBackend"
 DFLASH_DRAFT = "sglang.srt.models.dflash.DFlashDraftModel"
 DFLASH_VERIFY_INPUT = "sglang.srt.speculative.dflash_info.DFlashVerifyInput"
+
+
+def module_of(path: str) -> str:
+    return path.rpartition(".")[0]
+
+
+def hooked_modules() -> tuple[str, ...]:
+    """The SGLang modules that hold hook targets: the Gemma 4 models, the DFlash workers, the triton backend."""
+    paths = GEMMA4_TARGETS + tuple(path for _, path in WORKERS) + (TRITON_BACKEND,)
+    return tuple(dict.fromkeys(module_of(p) for p in paths))
 
 
 @dataclass(frozen=True)
 class TargetClass:
     path: str  # dotted path of the class
     upstream_capture: bool  # the class (or a base) defines set_dflash_layers_to_capture upstream
+    capture_problem: str | None = None  # why this line's model cannot capture hidden states, or None
 
 
 @dataclass(frozen=True)
@@ -63,6 +86,8 @@ class SGLangFeatures:
     workers: tuple[WorkerClass, ...]  # every DFlash worker class this SGLang ships (none: no DFlash)
     targets: tuple[TargetClass, ...]  # Gemma 4 target classes present in this SGLang
     subclass_targets: tuple[str, ...]  # present subclasses that inherit from a target
+    import_errors: tuple[tuple[str, str], ...] = ()  # (module, error) of hooked modules that failed to import
+    complete: bool = True  # every hooked module was looked at (False: only those SGLang had imported)
     triton_backend: bool = False  # SGLang's triton attention backend (Gemma 4's, for target and draft)
 
     @property
@@ -85,44 +110,121 @@ def _module_exists(module: str) -> bool:
         return False
 
 
-def resolve(path: str):
-    """Import ``pkg.module.Attr`` and return the attribute (None if the module or attribute is absent)."""
-    module, _, attr = path.rpartition(".")
-    if not _module_exists(module):
+_import_errors: dict[str, str] = {}
+
+
+def import_module(module: str):
+    """``module``, imported if needed; None when it is absent or importing it raised (then recorded)."""
+    if sys.modules.get(module) is not None:
+        return sys.modules[module]
+    if module in _import_errors or not _module_exists(module):
         return None
-    return getattr(importlib.import_module(module), attr, None)
+    try:
+        return importlib.import_module(module)
+    except Exception as exc:  # a broken SGLang module disables only the pieces that need it
+        _import_errors[module] = f"{type(exc).__name__}: {exc}"
+        return None
+
+
+def import_errors() -> dict[str, str]:
+    """``{module: error}`` of the SGLang modules whose import raised in this process."""
+    return dict(_import_errors)
+
+
+def resolve(path: str):
+    """Import ``pkg.module.Attr`` and return the attribute (None if absent or the import failed)."""
+    module = import_module(module_of(path))
+    return None if module is None else getattr(module, path.rpartition(".")[2], None)
+
+
+def loaded(path: str):
+    """``pkg.module.Attr`` if its module is already imported, else None. Never imports."""
+    module = sys.modules.get(module_of(path))
+    return None if module is None else getattr(module, path.rpartition(".")[2], None)
 
 
 def _has_upstream_capture(cls) -> bool:
-    # The method this plugin adds carries a marker; a HookRegistry wrapper around upstream's
+    # The methods this plugin adds carry a marker; a HookRegistry wrapper around upstream's
     # method carries upstream's attributes (functools.wraps), so it still counts as upstream's.
     method = getattr(cls, "set_dflash_layers_to_capture", None)
     return method is not None and not getattr(method, "__sglang_gemma4_dflash__", False)
 
 
-@functools.lru_cache(maxsize=1)
-def probe() -> SGLangFeatures:
-    """Look at the installed SGLang once per process."""
+def reads_name(function_source: str, name: str) -> bool:
+    """Whether the Python source of a function reads ``name`` (as ``x.name`` or a bare ``name``)."""
+    tree = ast.parse(textwrap.dedent(function_source))
+    return any(
+        (isinstance(node, ast.Attribute) and node.attr == name) or (isinstance(node, ast.Name) and node.id == name)
+        for node in ast.walk(tree)
+    )
+
+
+def capture_machinery_problem(
+    target: str, target_forward: str | None, text_forward: str | None, line: str | None = None
+) -> str | None:
+    """Why a Gemma 4 target cannot hand DFLASH the hidden states of chosen layers, from the source of its
+    ``forward`` and of ``Gemma4TextModel.forward`` (None where the source cannot be read: not checked).
+    SGLang 0.5.11 has neither piece; 0.5.12 has both. ``line``: the SGLang version named (default: installed)."""
+    line = line or installed_sglang_version()
+    fix = f"SGLang {line} cannot capture Gemma 4 hidden states for DFLASH; use SGLang >= {FIRST_SUPPORTED}"
+    if text_forward is not None and not reads_name(text_forward, "layers_to_capture"):
+        return f"Gemma4TextModel.forward never reads layers_to_capture: {fix}"
+    if target_forward is not None and not reads_name(target_forward, "capture_aux_hidden_states"):
+        return f"{target}.forward never reads capture_aux_hidden_states: {fix}"
+    return None
+
+
+def _source(function) -> str | None:
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return None
+
+
+def capture_problem(cls) -> str | None:
+    """``capture_machinery_problem`` for a loaded Gemma 4 target class."""
+    text_model = loaded(GEMMA4_TEXT_MODEL)
+    return capture_machinery_problem(
+        cls.__name__,
+        _source(getattr(cls, "forward", None)),
+        None if text_model is None else _source(getattr(text_model, "forward", None)),
+    )
+
+
+def _features(modules: tuple[str, ...], *, complete: bool) -> SGLangFeatures:
+    """What the classes of ``modules`` (already imported) offer."""
     workers = tuple(
         WorkerClass(kind, path, hasattr(cls, "_maybe_build_draft_sampler"))
         for kind, path in WORKERS
-        if (cls := resolve(path)) is not None
+        if module_of(path) in modules and (cls := loaded(path)) is not None
     )
-
-    targets = []
-    for path in GEMMA4_TARGETS:
-        cls = resolve(path)
-        if cls is not None:
-            targets.append(TargetClass(path=path, upstream_capture=_has_upstream_capture(cls)))
-    subclasses = tuple(p for p in GEMMA4_SUBCLASS_TARGETS if resolve(p) is not None)
-
-    return SGLangFeatures(
-        version=installed_sglang_version(),
-        workers=workers,
-        targets=tuple(targets),
-        subclass_targets=subclasses,
-        triton_backend=resolve(TRITON_BACKEND) is not None,
+    targets = tuple(
+        TargetClass(path, _has_upstream_capture(cls), capture_problem(cls))
+        for path in GEMMA4_TARGETS
+        if module_of(path) in modules and (cls := loaded(path)) is not None
     )
+    subclasses = tuple(p for p in GEMMA4_SUBCLASS_TARGETS if loaded(p) is not None)
+    errors = tuple((m, e) for m, e in _import_errors.items() if m in modules)
+    triton = module_of(TRITON_BACKEND) in modules and loaded(TRITON_BACKEND) is not None
+    return SGLangFeatures(installed_sglang_version(), workers, targets, subclasses, errors, complete, triton)
+
+
+@functools.lru_cache(maxsize=1)
+def probe() -> SGLangFeatures:
+    """Import every hooked module (and the listed subclasses) and look at the installed SGLang once per process."""
+    for module in hooked_modules() + tuple(module_of(p) for p in GEMMA4_SUBCLASS_TARGETS):
+        import_module(module)
+    return _features(hooked_modules(), complete=True)
+
+
+def probe_loaded(modules: tuple[str, ...]) -> SGLangFeatures:
+    """What the given modules offer, looking only at classes SGLang has imported (nothing is imported here)."""
+    return _features(tuple(m for m in modules if sys.modules.get(m) is not None), complete=False)
+
+
+def v2_line() -> bool:
+    """Whether this SGLang ships the v2 DFlash worker (0.5.14+), where stock SGLang serves Gemma 4 DFLASH."""
+    return _module_exists(module_of(V2_WORKER))
 
 
 def target_problem(target: str, binds: tuple[str, ...], *, exists: bool = True) -> str | None:
@@ -134,6 +236,9 @@ def target_problem(target: str, binds: tuple[str, ...], *, exists: bool = True) 
     cls_path, _, name = target.rpartition(".")
     cls = resolve(cls_path)
     if cls is None:
+        error = _import_errors.get(module_of(cls_path))
+        if error:
+            return f"importing {module_of(cls_path)} failed: {error}"
         return f"{cls_path} is not in SGLang {installed_sglang_version()}"
     method = getattr(cls, name, None)
     if not exists:
@@ -153,9 +258,10 @@ def target_problem(target: str, binds: tuple[str, ...], *, exists: bool = True) 
 
 def hook_in_place(target: str, impl) -> bool:
     """Whether ``impl`` is what ``target`` runs: the method itself (added), or a HookRegistry wrapper
-    around it (SGLang's ``_wrap_fn`` keeps the hook in its closure and the original in ``__wrapped__``)."""
+    around it (SGLang's ``_wrap_fn`` keeps the hook in its closure and the original in ``__wrapped__``).
+    Looks only at imported modules."""
     cls_path, _, name = target.rpartition(".")
-    fn = getattr(resolve(cls_path), name, None)
+    fn = getattr(loaded(cls_path), name, None)
     while fn is not None:
         if fn is impl or any(_cell_holds(cell, impl) for cell in getattr(fn, "__closure__", None) or ()):
             return True
@@ -168,6 +274,75 @@ def _cell_holds(cell, value) -> bool:
         return cell.cell_contents is value
     except ValueError:  # an empty cell
         return False
+
+
+# --------------------------------------------------------------------------- SGLang's HookRegistry
+
+
+def hook_registry():
+    """SGLang's ``HookRegistry`` (``sglang.srt.plugins.hook_registry``)."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    return HookRegistry
+
+
+def current_hook_source():
+    """The plugin source ``load_plugins()`` sets while it runs a plugin (None outside it)."""
+    from sglang.srt.plugins import hook_registry as module
+
+    var = getattr(module, "_current_plugin_source", None)
+    return None if var is None else var.get()
+
+
+def register_around(target: str, impl, source=None) -> None:
+    """Register ``impl`` as an AROUND hook on ``target``; ``source`` names the plugin in SGLang's log."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(target, impl, HookType.AROUND, source=source)
+
+
+def apply_hooks_now(targets, ours) -> None:
+    """Apply the hooks registered on ``targets`` now: SGLang imported their module after ``load_plugins()``
+    applied the hooks. A target another plugin also hooks is left to HookRegistry's own pass (the pass whose
+    import brought the module in), so no hook is applied twice. ``ours``: this plugin's hook functions."""
+    registry = hook_registry()
+    apply_target = getattr(registry, "_apply_target", None)
+    if apply_target is None:  # a HookRegistry without it: its public pass (which also retries failed targets)
+        registry.apply_hooks()
+        return
+    for target in targets:
+        hooks = registry._hooks.get(target, [])
+        if target in registry._patched or any(hook not in ours for _, hook, *_ in hooks):
+            continue
+        try:
+            apply_target(target, hooks)
+            registry._patched.add(target)
+        except Exception:  # logged as HookRegistry.apply_hooks logs it; the start-up check names it
+            logging.getLogger(__name__).exception("Failed to apply hooks to %s", target)
+
+
+# --------------------------------------------------------------------------- run-time lookups
+
+
+def draft_hf_config(server_args):
+    """The draft model's HF config, read as SGLang reads it (``--speculative-draft-model-path``)."""
+    from sglang.srt.utils.hf_transformers.config import get_config
+
+    return get_config(
+        server_args.speculative_draft_model_path,
+        trust_remote_code=server_args.trust_remote_code,
+        revision=getattr(server_args, "speculative_draft_model_revision", None),
+    )
+
+
+def num_draft_tokens(server_args) -> int | None:
+    """``--speculative-num-draft-tokens`` as the worker reads it: the runtime context's spec config on 0.5.2x,
+    the server args before."""
+    get_spec = resolve("sglang.srt.runtime_context.get_spec")
+    value = getattr(get_spec(), "speculative_num_draft_tokens", None) if get_spec is not None else None
+    if value is None:
+        value = getattr(server_args, "speculative_num_draft_tokens", None)
+    return None if value is None else int(value)
 
 
 def tp_group():
@@ -201,11 +376,6 @@ def is_gemma4_target(model) -> bool:
     return isinstance(model, gemma4_target_classes())
 
 
-@functools.lru_cache(maxsize=None)
-def _class(path: str):
-    return resolve(path)
-
-
 def runs_dflash(model_runner) -> bool:
     """Whether a model runner belongs to a DFLASH server (``spec_algorithm.is_dflash()``; target or draft)."""
     is_dflash = getattr(getattr(model_runner, "spec_algorithm", None), "is_dflash", None)
@@ -213,13 +383,13 @@ def runs_dflash(model_runner) -> bool:
 
 
 def is_dflash_draft(model) -> bool:
-    cls = _class(DFLASH_DRAFT)
+    cls = loaded(DFLASH_DRAFT)  # a DFlash draft model's module is imported
     return cls is not None and isinstance(model, cls)
 
 
 def is_dflash_verify_input(spec_info) -> bool:
     """A DFLASH verify's spec info (its verify mask, where a line builds one, is causal over the block)."""
-    cls = _class(DFLASH_VERIFY_INPUT)
+    cls = loaded(DFLASH_VERIFY_INPUT)
     return cls is not None and type(spec_info) is cls
 
 
@@ -227,10 +397,6 @@ def target_model_of(worker):
     """The target model a DFlash worker drafts for (v1 keeps `target_worker`, v2 `_target_worker`)."""
     target_worker = getattr(worker, "_target_worker", None) or getattr(worker, "target_worker")
     return target_worker.model_runner.model
-
-
-def draft_model_runner_of(worker):
-    return worker.draft_model_runner
 
 
 def max_draft_graph_bs(worker) -> int:

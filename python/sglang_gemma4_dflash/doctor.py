@@ -57,22 +57,32 @@ def head_self_check(device: str, *, vocab: int = 50_000, hidden: int = 512, toke
 
 
 def report() -> dict:
+    """What SGLang's loader would install here, from the same plan the plugin uses (``hooks.resolve``); it
+    imports SGLang's Gemma 4 models and DFlash workers, which the plugin itself leaves to the schedulers."""
     features = compat.probe()
-    planned, left = hooks.plan(features)
-    changes, skipped = hooks.installable(planned)
+    plan = hooks.resolve(features)
     status = entry_point_status()
+    changes = [{"target": c.target, "how": c.how, "why": c.why, "required": c.required} for c in plan.installed]
     return {
         "plugin_version": __version__,
         "sglang_version": features.version,
+        "supported_sglang": f">= {compat.FIRST_SUPPORTED}",
         "dflash_worker": features.worker,
-        "gemma4_targets": [{"class": t.path, "upstream_capture": t.upstream_capture} for t in features.targets],
+        "gemma4_targets": [
+            {"class": t.path, "upstream_capture": t.upstream_capture, "capture_problem": t.capture_problem}
+            for t in features.targets
+        ],
         "gemma4_subclasses": list(features.subclass_targets),
+        "import_errors": dict(features.import_errors),
         **status,
         # What SGLang's loader would install in this environment: nothing when the plugin is left out.
-        "plugin_installs": [{"target": c.target, "how": c.how, "why": c.why} for c in changes if status["enabled"]],
-        "plugin_would_install": [{"target": c.target, "how": c.how, "why": c.why} for c in changes],
-        "not_installable": [{"piece": s.piece, "problem": s.problem} for s in skipped],
-        "left_to_upstream": [{"what": u.what, "why": u.why} for u in left],
+        "plugin_installs": changes if status["enabled"] else [],
+        "plugin_would_install": changes,
+        "not_installable": [
+            {"piece": s.piece, "problem": s.problem, "required": s.required, "then": hooks.consequence(s)}
+            for s in plan.skipped
+        ],
+        "left_to_upstream": [{"what": u.what, "why": u.why} for u in plan.left],
     }
 
 
@@ -96,13 +106,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def format_report(info: dict) -> str:
     targets = [
-        f"{t['class'].rsplit('.', 1)[1]} (capture: {'upstream' if t['upstream_capture'] else 'missing upstream'})"
+        f"{t['class'].rsplit('.', 1)[1]} (capture: {'upstream' if t['upstream_capture'] else 'missing upstream'}"
+        + (f"; CANNOT capture: {t['capture_problem']}" if t["capture_problem"] else "")
+        + ")"
         for t in info["gemma4_targets"]
     ] + [f"{path.rsplit('.', 1)[1]} (inherits)" for path in info["gemma4_subclasses"]]
     enabled = info["enabled"]
     lines = [
         f"sglang-gemma4-dflash {info['plugin_version']}",
-        f"SGLang {info['sglang_version']}, DFlash worker: {info['dflash_worker'] or 'none'}",
+        f"SGLang {info['sglang_version']} (the plugin supports {info['supported_sglang']}), "
+        f"DFlash worker: {info['dflash_worker'] or 'none'}",
         f"entry point sglang.srt.plugins:{ENTRY_POINT}: "
         + ("visible" if info["entry_point_visible"] else "NOT visible (is the package installed?)")
         + ("" if enabled else f", disabled by SGLANG_PLUGINS={info['SGLANG_PLUGINS']}"),
@@ -110,8 +123,14 @@ def format_report(info: dict) -> str:
         "the plugin installs:"
         if enabled
         else "the plugin would install (it is not loaded here, so SGLang runs as is):",
-        *[f"  {c['how']:8s} {c['target']}\n           {c['why']}" for c in info["plugin_would_install"]],
-        *[f"  NOT installable: {s['piece']}: {s['problem']}" for s in info["not_installable"]],
+        *[
+            f"  {c['how']:8s} {c['target']}{' (required on this line)' if c['required'] else ''}\n           {c['why']}"
+            for c in info["plugin_would_install"]
+        ],
+        *[
+            f"  NOT installable: {s['piece']}: {s['problem']}\n           then: {s['then']}"
+            for s in info["not_installable"]
+        ],
         "left to upstream:",
         *[f"  {u['what']}: {u['why']}" for u in info["left_to_upstream"]],
     ]

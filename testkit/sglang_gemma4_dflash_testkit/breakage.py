@@ -12,7 +12,7 @@ plugins register in, and the plugin's files stay untouched:
     PYTHONPATH=<write_plugin_dist(dir)>:...      # write_plugin_dist puts on the path (GPU runs)
 
 The wrong-ids head replaces the plugin's head where the plugin serves the draft head (SGLang's v1 worker,
-0.5.11-0.5.13, and v2 at TP > 1); at TP = 1 on v2 lines SGLang's own in-graph sampler scores the draft.
+0.5.12-0.5.13, and v2 at TP > 1); at TP = 1 on v2 lines SGLang's own in-graph sampler scores the draft.
 """
 
 from __future__ import annotations

@@ -8,9 +8,11 @@ Upstream refuses to do this at TP > 1 for a head without ``shard_indices`` (Gemm
 
 ``SplitHeadDraftSampler`` keeps the same contract (``sampler(hidden_states, input_ids)`` during
 capture, ``sampler.out`` after replay) and uses ``head.greedy``'s pieces: each rank scores its
-1/tp slice of the vocabulary, the ranks exchange one packed ``(value, id)`` tensor, and all pick
-the same token. Buffers are allocated once for the largest captured batch; nothing syncs with the
-host and no shape depends on data.
+1/tp slice of the vocabulary, the ranks exchange one packed ``(value, id)`` tensor with the best of
+each vocabulary block, and all pick the same token with one ``argmax`` (rank order is id order).
+Buffers are allocated once for the largest captured batch; nothing syncs with the host and no
+shape depends on data. A group of one rank (DP attention with one attention-TP rank per DP
+group) scores the whole vocabulary and exchanges nothing.
 
 Greedy only. On 0.5.23 the plain DFlash draft is greedy (only the selector / LiLiCorr variants
 stage sampling parameters into their samplers), so this sampler has no ``stage_sampling_params``.
@@ -25,11 +27,12 @@ from sglang_gemma4_dflash.head.greedy import (
     DEFAULT_LOGITS_BUDGET_BYTES,
     dense_weight,
     exchange_candidates,
+    exchange_slots,
     group_size_rank,
     is_dense_head,
     layout_for_head,
-    pick_global,
-    score_local,
+    pick_first,
+    score_blocks,
 )
 
 # Draft variants whose samplers do more than a greedy head (their own candidates, in-graph sampling).
@@ -53,6 +56,8 @@ class SplitHeadDraftSampler:
         tp_size, tp_rank = group_size_rank(tp_group)
         self.weight = dense_weight(lm_head)
         self.layout = layout_for_head(lm_head, tp_rank, tp_size)
+        if self.layout.tp_size > 1 and not self.layout.split:
+            raise ValueError("SplitHeadDraftSampler: the head must hold the whole vocabulary on every rank.")
         self.tp_group = tp_group
         self.block_size = int(block_size)
         self.budget_bytes = int(budget_bytes)
@@ -61,8 +66,12 @@ class SplitHeadDraftSampler:
         # Written in the graph, read by the worker after replay (fixed address).
         self.out = torch.zeros((max_tokens,), dtype=torch.int64, device=device)
         if self.layout.tp_size > 1:
-            self._send = torch.empty((2 * max_tokens,), dtype=torch.float64, device=device)
-            self._recv = torch.empty((self.layout.tp_size * 2 * max_tokens,), dtype=torch.float64, device=device)
+            # The largest batch has the most vocabulary blocks (the smallest ones).
+            size = (
+                exchange_slots(self.layout, max_tokens, self.weight.element_size(), self.budget_bytes) * 2 * max_tokens
+            )
+            self._send = torch.empty((size,), dtype=torch.float64, device=device)
+            self._recv = torch.empty((self.layout.tp_size * size,), dtype=torch.float64, device=device)
 
     @staticmethod
     def supports(worker, lm_head) -> bool:
@@ -83,12 +92,12 @@ class SplitHeadDraftSampler:
         # Block position 0 holds the already-known bonus token; positions 1: are drafted.
         bs = hidden_states.shape[0] // self.block_size
         hidden = hidden_states.view(bs, self.block_size, -1)[:, 1:, :].reshape(-1, hidden_states.shape[-1])
-        n = hidden.shape[0]
-        values, ids = score_local(hidden, self.weight, self.layout, budget_bytes=self.budget_bytes)
-        if self.layout.tp_size > 1:
-            t = self.layout.tp_size
-            candidates = exchange_candidates(
-                self.tp_group, values, ids, t, send=self._send[: 2 * n], recv=self._recv[: t * 2 * n]
+        n, t = hidden.shape[0], self.layout.tp_size
+        slots = exchange_slots(self.layout, n, self.weight.element_size(), self.budget_bytes) if t > 1 else None
+        values, ids = score_blocks(hidden, self.weight, self.layout, budget_bytes=self.budget_bytes, slots=slots)
+        if t > 1:
+            size = slots * 2 * n
+            values, ids = exchange_candidates(
+                self.tp_group, values, ids, t, send=self._send[:size], recv=self._recv[: t * size]
             )
-            ids = pick_global(*candidates)
-        self.out[:n].copy_(ids)
+        self.out[:n].copy_(pick_first(values, ids))  # float64 ids at t > 1: the copy converts them

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import inspect
 import logging
+from dataclasses import dataclass
 
 from sglang_gemma4_dflash import compat
 from sglang_gemma4_dflash.dflash import sampling_prebuild
 from sglang_gemma4_dflash.dflash.draft_sampler import SplitHeadDraftSampler
+from sglang_gemma4_dflash.gemma4.capture import check_then_capture, text_model_of
 from sglang_gemma4_dflash.gemma4.validate import validate_draft_against_target
-from sglang_gemma4_dflash.head.greedy import greedy_token_ids, is_dense_head
+from sglang_gemma4_dflash.head.greedy import VocabLayout, greedy_token_ids, is_dense_head, layout_for_head
 
 logger = logging.getLogger(__name__)
 
@@ -25,33 +27,92 @@ def _is_replicated(lm_head) -> bool:
 
 
 def check_draft_at_init(original, self, *args, **kwargs):
-    """Around ``DFlashWorker[V2].__init__``: validate the draft against a Gemma 4 target first, and compile
-    flashinfer's sampling module while the worker starts (``sampling_prebuild``)."""
+    """Around ``DFlashWorker[V2].__init__``: validate the draft against a Gemma 4 target (the target has loaded;
+    the draft is loaded by ``original``), compile flashinfer's sampling module while the worker starts
+    (``sampling_prebuild``), and log one line saying which of the plugin's pieces run in this worker."""
     bound = inspect.signature(original).bind(self, *args, **kwargs)
     server_args = bound.arguments["server_args"]
     target_worker = bound.arguments["target_worker"]
     target_model = target_worker.model_runner.model
-    if compat.is_gemma4_target(target_model):
-        from sglang.srt.utils.hf_transformers.config import get_config
+    if not compat.is_gemma4_target(target_model):
+        return original(self, *args, **kwargs)
+    draft_path = server_args.speculative_draft_model_path
+    validate_draft_against_target(
+        target_worker.model_runner.model_config.hf_config,
+        compat.draft_hf_config(server_args),
+        draft_path=draft_path,
+        num_draft_tokens=compat.num_draft_tokens(server_args),
+    )
+    build = sampling_prebuild.start()
+    result = original(self, *args, **kwargs)  # if it raises, the error goes out at once, not after the build
+    sampling_prebuild.finish(build)
+    try:
+        logger.info("sglang-gemma4-dflash: %s", pieces_running(self, target_model, draft_path))
+    except Exception as exc:  # a report, never a reason to stop the worker
+        logger.warning("sglang-gemma4-dflash: cannot say which pieces run in this worker (%r)", exc)
+    return result
 
-        draft_path = server_args.speculative_draft_model_path
-        draft_config = get_config(
-            draft_path,
-            trust_remote_code=server_args.trust_remote_code,
-            revision=getattr(server_args, "speculative_draft_model_revision", None),
-        )
-        validate_draft_against_target(
-            target_worker.model_runner.model_config.hf_config, draft_config, draft_path=draft_path
-        )
-        build = sampling_prebuild.start()
-        result = original(self, *args, **kwargs)  # if it raises, the error goes out at once, not after the build
-        sampling_prebuild.finish(build)
-        return result
-    return original(self, *args, **kwargs)
+
+def pieces_running(worker, target_model, draft_path: str) -> str:
+    """One line: which of the plugin's pieces this DFlash worker runs (capture, draft head, checks)."""
+    cls = type(target_model)
+    method = getattr(cls, "set_dflash_layers_to_capture", None)
+    target = f"{cls.__module__}.{cls.__qualname__}.set_dflash_layers_to_capture"
+    if getattr(method, "__sglang_gemma4_dflash__", False):
+        capture = "the plugin's method"
+    elif compat.hook_in_place(target, check_then_capture):
+        capture = "upstream's method after the plugin's checks"
+    else:
+        capture = "upstream's method (the plugin's checks are not in place)"
+    try:
+        layers = [i - 1 for i in text_model_of(target_model).layers_to_capture]
+    except TypeError:
+        layers = "?"
+    group = compat.batch_group()
+    sampler = worker.__dict__.get("_draft_sampler")
+    worker_cls = type(worker)
+    head_target = f"{worker_cls.__module__}.{worker_cls.__qualname__}._greedy_sample_from_vocab_parallel_head"
+    if isinstance(sampler, SplitHeadDraftSampler):
+        head = f"the plugin's split head in the draft CUDA graph over {sampler.layout.tp_size} rank(s)"
+    elif sampler is not None:
+        head = f"upstream's {type(sampler).__name__} in the draft CUDA graph"
+    elif compat.hook_in_place(head_target, greedy_sample):
+        head = f"the plugin's exact head, eager, over {int(group.world_size)} rank(s)"
+    else:
+        head = "upstream's eager head"
+    return (
+        f"DFLASH worker {worker_cls.__name__} (rank {int(group.rank_in_group)} of {int(group.world_size)}) for "
+        f"{cls.__name__}: start-up checks passed (draft {draft_path}); capture of layers {layers}: {capture}; "
+        f"draft head: {head}"
+    )
 
 
 # Keyword arguments of upstream's head that change nothing in its answer (only how it chunks the rows).
 HEAD_KWARGS = frozenset({"chunk_size"})
+
+
+@dataclass(frozen=True)
+class _Head:
+    """What the eager head hook works out once per worker and head (``layout_for_head`` and the group
+    lookup cost 40-60 us each per call)."""
+
+    lm_head: object
+    weight: object
+    gemma4: bool
+    group: object = None
+    layout: VocabLayout | None = None
+
+
+def _head_for(worker, lm_head) -> _Head:
+    cached = worker.__dict__.get("_sglang_gemma4_dflash_head")
+    if cached is not None and cached.lm_head is lm_head and cached.weight is getattr(lm_head, "weight", None):
+        return cached
+    head = _Head(lm_head, getattr(lm_head, "weight", None), compat.is_gemma4_target(compat.target_model_of(worker)))
+    if head.gemma4 and is_dense_head(lm_head):
+        group = compat.batch_group()
+        head = _Head(lm_head, head.weight, True, group, layout_for_head(lm_head, group.rank_in_group, group.world_size))
+    worker.__dict__["_sglang_gemma4_dflash_head"] = head
+    return head
 
 
 def greedy_sample(original, self, *args, **kwargs):
@@ -60,23 +121,20 @@ def greedy_sample(original, self, *args, **kwargs):
     Quantized (non-dense) heads stay with upstream, which has their kernels where it supports them.
     So does any call with arguments the plugin does not know (a fork's ``return_confidence=``, say):
     upstream gets it unchanged. The head is split over ``compat.batch_group()``: the ranks that share
-    the rows (under DP attention, one DP group's attention-TP ranks).
+    the rows (under DP attention, one DP group's attention-TP ranks). The group and the head's layout
+    are worked out once per worker.
     """
     hidden_states, lm_head = kwargs.get("hidden_states"), kwargs.get("lm_head")
-    if (
-        args
-        or hidden_states is None
-        or lm_head is None
-        or set(kwargs) - HEAD_KWARGS - {"hidden_states", "lm_head"}
-        or not is_dense_head(lm_head)
-        or not compat.is_gemma4_target(compat.target_model_of(self))
-    ):
+    if args or hidden_states is None or lm_head is None or set(kwargs) - HEAD_KWARGS - {"hidden_states", "lm_head"}:
         return original(self, *args, **kwargs)
-    return greedy_token_ids(hidden_states, lm_head, compat.batch_group())
+    head = _head_for(self, lm_head)
+    if head.layout is None:  # not Gemma 4, or a quantized head
+        return original(self, *args, **kwargs)
+    return greedy_token_ids(hidden_states, lm_head, head.group, layout=head.layout)
 
 
 def draft_step_with_replicated_head(original, self, *args, **kwargs):
-    """Around v1 ``DFlashWorker._prepare_for_speculative_decoding`` (SGLang 0.5.11-0.5.13).
+    """Around v1 ``DFlashWorker._prepare_for_speculative_decoding`` (SGLang 0.5.12-0.5.13).
 
     The v1 draft step refuses a target ``lm_head`` without ``shard_indices`` before it ever calls
     the head. For the duration of the step a Gemma 4 head answers that check with
@@ -94,30 +152,59 @@ def draft_step_with_replicated_head(original, self, *args, **kwargs):
         del lm_head.shard_indices
 
 
-def build_split_sampler(original, self, *args, **kwargs):
-    """Around v2 ``DFlashWorkerV2._maybe_build_draft_sampler`` (SGLang 0.5.14+).
+def record_acceptance(original, self, batch, *args, **kwargs):
+    """Around v1 ``DFlashWorker.forward_batch_generation`` (SGLang 0.5.12-0.5.13).
 
-    Upstream keeps the draft head eager at TP>1 when the head has no ``shard_indices`` and then
-    scores the full vocabulary on every rank with no sync. For a Gemma 4 target in that case the
-    plugin returns its split sampler: each rank scores 1/tp of the vocabulary inside the draft CUDA
-    graph and all ranks pick from the same gathered candidates. Under DP attention the split runs over
-    one DP group's ranks (``compat.batch_group()``); with one rank per group upstream's sampler stays.
+    The v1 verify counts each request's verify steps and accepted drafts but not how many drafts each
+    step accepted, so ``meta_info`` carries no ``spec_correct_drafts_histogram`` (the v2 lines fill it).
+    After a verify step this adds the step to each request's histogram, through the request's own
+    ``update_spec_correct_drafts_histogram``. A request whose histogram already counts every verify
+    step (a line that fills it itself) is left alone.
     """
+    result = original(self, batch, *args, **kwargs)
+    per_req = getattr(result, "num_correct_drafts_per_req_cpu", None)
+    reqs = getattr(batch, "reqs", None)
+    if not per_req or reqs is None or len(reqs) != len(per_req):
+        return result
+    if not compat.is_gemma4_target(compat.target_model_of(self)):
+        return result
+    for req, accepted in zip(reqs, per_req):
+        update = getattr(req, "update_spec_correct_drafts_histogram", None)
+        histogram = getattr(req, "spec_correct_drafts_histogram", None)
+        if update is not None and histogram is not None and sum(histogram) < int(getattr(req, "spec_verify_ct", 0)):
+            update(int(accepted))
+    return result
+
+
+def build_split_sampler(original, self, *args, **kwargs):
+    """Around v2 ``DFlashWorkerV2._maybe_build_draft_sampler`` (SGLang 0.5.16+).
+
+    Upstream's builder runs first, and its sampler (and whatever it sets up) is kept whenever it returns
+    one. It returns none for a head without ``shard_indices`` at TP>1 (Gemma 4's tied head), which then
+    runs eagerly, scoring the full vocabulary on every rank with no sync. For a Gemma 4 target in that
+    case the plugin returns its split sampler: each rank scores 1/tp of the vocabulary inside the draft
+    CUDA graph and all ranks pick from the same gathered candidates. Under DP attention the split runs
+    over one DP group's ranks (``compat.batch_group()``); with one rank per group that rank scores the
+    whole vocabulary in the graph, with no collective.
+    """
+    sampler = original(self, *args, **kwargs)
+    if sampler is not None:
+        return sampler
     target_model = compat.target_model_of(self)
     lm_head = getattr(target_model, "lm_head", None)
-    tp_group = compat.batch_group()
     if (
         lm_head is None
         or not compat.is_gemma4_target(target_model)
         or not _is_replicated(lm_head)
-        or int(tp_group.world_size) == 1
+        or int(compat.tp_group().world_size) == 1  # at TP=1 upstream keeps it eager for its own reasons
         or not SplitHeadDraftSampler.supports(self, lm_head)
     ):
-        return original(self, *args, **kwargs)
-    sampler = SplitHeadDraftSampler.for_worker(self, lm_head, tp_group)
-    if int(tp_group.rank_in_group) == 0:
+        return None
+    group = compat.batch_group()
+    sampler = SplitHeadDraftSampler.for_worker(self, lm_head, group)
+    if int(group.rank_in_group) == 0:
         logger.info(
-            "sglang-gemma4-dflash: draft greedy head split over tp=%d ranks and folded into the draft cuda graph.",
-            int(tp_group.world_size),
+            "sglang-gemma4-dflash: draft greedy head split over %d rank(s) and folded into the draft cuda graph.",
+            int(group.world_size),
         )
     return sampler

@@ -12,12 +12,13 @@ choosing the last layer logs a warning (published Gemma 4 drafts do not use it).
 
 The ids are checked once, at model start-up, so a bad draft config fails there with a message
 that names the value and the fix, instead of shape errors in the middle of serving. The same call
-is where a DFLASH run with a Gemma 4 target starts, so it also asks ``plugin.require_in_place()``
+is where a DFLASH run with a Gemma 4 target starts, so it also asks ``state.require_in_place()``
 that every worker hook the run needs is in place.
 
-Lines without the method (0.5.11-0.5.13) get ``set_dflash_layers_to_capture``; lines with it
+Lines without the method (0.5.12-0.5.13) get ``set_dflash_layers_to_capture``; lines with it
 (0.5.14+) keep upstream's, wrapped by ``check_then_capture``: check, then upstream's method runs
 (upstream's sets the same ``layer + 1`` ids and ``capture_aux_hidden_states`` as the plugin's).
+A line whose Gemma 4 model cannot capture at all (0.5.11) gets ``refuse_without_capture``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import logging
 import operator
 
 import torch
+
+from sglang_gemma4_dflash import compat, state
 
 logger = logging.getLogger(__name__)
 
@@ -96,9 +99,7 @@ def validate_layer_ids(
 
 def checked_layer_ids(model, layer_ids) -> list[int]:
     """The start-up checks of a DFLASH run on a Gemma 4 target: hooks in place, then the ids."""
-    from sglang_gemma4_dflash import plugin  # the plugin module imports this one
-
-    plugin.require_in_place()
+    state.require_in_place()
     text_model = text_model_of(model)
     num_layers = int(text_model.config.num_hidden_layers)
     ids = validate_layer_ids(layer_ids, num_layers, owner=type(model).__name__)
@@ -125,5 +126,15 @@ def check_then_capture(original, self, layer_ids):
     return original(self, layer_ids=checked_layer_ids(self, layer_ids))
 
 
-# Marks the method as this plugin's, so compat.probe() tells it apart from upstream's.
+def refuse_without_capture(self, layer_ids):
+    """``set_dflash_layers_to_capture`` on a line whose Gemma 4 model cannot capture hidden states (0.5.11):
+    refuse the DFLASH start, naming the line and the fix."""
+    raise RuntimeError(
+        f"sglang-gemma4-dflash: DFLASH with a Gemma 4 target ({type(self).__name__}) cannot run on this SGLang: "
+        f"{compat.capture_problem(type(self))}. Upgrade SGLang, or serve without --speculative-algorithm DFLASH."
+    )
+
+
+# Marks the methods as this plugin's, so compat.probe() tells them apart from upstream's.
 set_dflash_layers_to_capture.__sglang_gemma4_dflash__ = True
+refuse_without_capture.__sglang_gemma4_dflash__ = True

@@ -2,12 +2,17 @@
 
 A draft trained for another target still loads (it has no embedding and no LM head of its own),
 then fails with shape errors at the first decode step, or worse, decodes garbage drafts.
-These checks run before the DFlash worker builds anything and name the value and the fix.
+These checks run when the DFlash worker is built (the target has loaded, the draft not yet) and
+name the value and the fix.
 """
 
 from __future__ import annotations
 
+import logging
+
 from sglang_gemma4_dflash.gemma4.capture import as_int, validate_layer_ids
+
+logger = logging.getLogger(__name__)
 
 
 def _text_config(config):
@@ -40,8 +45,12 @@ def dflash_fields(draft_config) -> dict:
     return fields
 
 
-def validate_draft_against_target(target_config, draft_config, *, draft_path: str = "<draft>") -> None:
-    """Raise ValueError if ``draft_config`` cannot serve ``target_config`` (both HF configs or dicts)."""
+def validate_draft_against_target(
+    target_config, draft_config, *, draft_path: str = "<draft>", num_draft_tokens: int | None = None
+) -> None:
+    """Raise ValueError if ``draft_config`` cannot serve ``target_config`` (both HF configs or dicts).
+    ``num_draft_tokens``: ``--speculative-num-draft-tokens`` (the block SGLang drafts), checked against the
+    draft's ``block_size``."""
     target_text = _text_config(target_config)
     draft_text = _text_config(draft_config)
     target_hidden = int(_get(target_text, "hidden_size"))
@@ -75,3 +84,34 @@ def validate_draft_against_target(target_config, draft_config, *, draft_path: st
                 + ("not an int" if as_int(mask_id) is None else "outside the target's vocabulary")
                 + f"; it must be a token id in [0, {target_vocab}). Set it to the target tokenizer's mask token id."
             )
+    if "block_size" in fields:
+        check_block_size(*fields["block_size"], num_draft_tokens, draft_path=draft_path)
+
+
+def check_block_size(block_size, where: str, num_draft_tokens: int | None, *, draft_path: str) -> None:
+    """The draft's block size is a positive int (else ValueError); a different ``--speculative-num-draft-tokens``
+    only changes how many positions are drafted, so it is warned about, naming both values and the fix."""
+    size = as_int(block_size)
+    if size is None or size < 1:
+        raise ValueError(
+            f"DFLASH draft {draft_path} has {where}={block_size!r}; it must be a positive int (the block the draft "
+            "was trained to fill, 16 for the z-lab Gemma 4 drafts). Fix the draft's config.json."
+        )
+    if num_draft_tokens is None or int(num_draft_tokens) == size:
+        return
+    effect = (
+        f"it drafts {int(num_draft_tokens) - 1} positions per step, {int(num_draft_tokens) - size} of them past the "
+        "block it learned (rarely accepted)"
+        if int(num_draft_tokens) > size
+        else f"it drafts {int(num_draft_tokens) - 1} of the {size - 1} positions it can per step (fewer accepted tokens)"
+    )
+    logger.warning(
+        "DFLASH draft %s was trained with %s=%d, but --speculative-num-draft-tokens is %d: %s. Output stays exact; "
+        "pass --speculative-num-draft-tokens %d to use the block as trained.",
+        draft_path,
+        where,
+        size,
+        int(num_draft_tokens),
+        effect,
+        size,
+    )

@@ -6,9 +6,11 @@ without materialising all logits at once. Three pieces, each usable on its own:
 
 - ``layout_for_head(lm_head, tp_rank, tp_size)``: which rows of ``lm_head.weight`` this rank
   scores and the global token id of each (a ``VocabLayout``), computed once;
-- ``score_local(hidden, weight, layout)``: this rank's best ``(value, id)`` per row, looping over
-  vocabulary blocks with a running merge (the weight is read once);
-- ``pick_global(values, ids)``: the max value over ranks, then the lowest id among equal values.
+- ``score_blocks(hidden, weight, layout)``: this rank's best ``(value, id)`` per row and vocabulary
+  block, blocks in ascending id order (the weight is read once); ``score_local`` keeps the best block;
+- ``pick_first(values, ids)``: one ``argmax`` over candidates laid out in id order (blocks of one rank, or
+  the blocks of every rank of a split head); ``pick_global(values, ids)`` for candidates in any order: the
+  max value, then the lowest id among equal values.
 
 Which rows a rank scores:
 
@@ -18,17 +20,20 @@ Which rows a rank scores:
 - a head that holds the whole vocabulary on every rank (no ``shard_indices``, or
   ``shard_indices = None``, e.g. Gemma 4's tied ``embed_tokens``; or a vocab-parallel head built
   with ``tp_size == 1``) is split: rank r scores the r-th contiguous slice of the vocabulary
-  (views of the weight, no copies). Every rank then picks from the same gathered candidates,
+  (views of the weight, no copies; larger slices first, so a rank without rows is a last one).
+  Rank order is then id order: every rank sends the candidates of each of its blocks, and one
+  ``argmax`` over all of them picks the token. Every rank picks from the same gathered candidates,
   so all ranks return the same ids, for 1/tp of the work.
 
-At tp > 1 each rank's candidates travel as one float64 tensor ``[2, N]`` (values, ids): every
-floating dtype a dense head uses widens to float64 exactly, and token ids are exact below 2**53.
+At tp > 1 the candidates travel as one float64 tensor ``[slots, 2, N]`` (values, ids) per rank:
+every floating dtype a dense head uses widens to float64 exactly, and token ids are exact below 2**53.
 All shapes depend only on N and the layout, never on data, so the pieces can run inside a CUDA
 graph (see ``draft_sampler.py``).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -54,7 +59,9 @@ class RowRange:
 class VocabLayout:
     ranges: tuple[RowRange, ...]  # rows this rank scores, ascending token ids (may be empty)
     tp_size: int  # ranks whose candidates are combined; 1: no exchange
-    split: bool  # True: a full-vocabulary head sliced over the ranks
+    split: bool  # True: a full-vocabulary head sliced over the ranks in id order (rank order is id order)
+    max_rows: int = 0  # split: the rows of the largest slice (rank 0), so every rank sends as many blocks
+    head_ranges: int = 1  # split: row ranges of the whole head (2 with added vocabulary); a slice may span both
 
     @property
     def num_rows(self) -> int:
@@ -141,8 +148,14 @@ def layout_for_head(lm_head, tp_rank: int = 0, tp_size: int = 1) -> VocabLayout:
     if tp_size == 1:
         return VocabLayout(ranges=ranges, tp_size=1, split=False)
     vocab = sum(r.num_rows for r in ranges)
-    start, stop = tp_rank * vocab // tp_size, (tp_rank + 1) * vocab // tp_size
-    return VocabLayout(ranges=_slice(ranges, start, stop), tp_size=tp_size, split=True)
+    start, stop = -(-tp_rank * vocab // tp_size), -(-(tp_rank + 1) * vocab // tp_size)  # ceil: rank 0 is largest
+    return VocabLayout(
+        ranges=_slice(ranges, start, stop),
+        tp_size=tp_size,
+        split=True,
+        max_rows=-(-vocab // tp_size),
+        head_ranges=len(ranges),
+    )
 
 
 # --------------------------------------------------------------------------- local scoring
@@ -154,20 +167,62 @@ def vocab_block_rows(num_tokens: int, itemsize: int, budget_bytes: int = DEFAULT
     return max(MIN_BLOCK_ROWS, rows // MIN_BLOCK_ROWS * MIN_BLOCK_ROWS)
 
 
-def _range_best(hidden: torch.Tensor, weight: torch.Tensor, r: RowRange, step: int):
-    """``(max [N], global id [N])`` per vocabulary block of one row range, blocks in ascending id order."""
-    for offset in range(0, r.num_rows, step):
-        logits = hidden @ weight.narrow(0, r.first_row + offset, min(step, r.num_rows - offset)).T
-        v, i = logits.max(dim=-1)  # the first (lowest) index among equal maxima
-        yield v, i + (r.first_id + offset)
+@functools.lru_cache(maxsize=256)
+def _blocks(ranges: tuple[RowRange, ...], step: int) -> tuple[RowRange, ...]:
+    """``ranges`` cut into blocks of at most ``step`` rows, in ascending id order."""
+    return tuple(
+        RowRange(r.first_row + offset, min(step, r.num_rows - offset), r.first_id + offset)
+        for r in ranges
+        for offset in range(0, r.num_rows, step)
+    )
 
 
-def _beats(v: torch.Tensor, i: torch.Tensor, best_v: torch.Tensor, best_i: torch.Tensor) -> torch.Tensor:
-    """Where ``(v, i)`` comes before ``(best_v, best_i)`` in ``torch.argmax``'s order: NaN above every
-    number, then the larger value, then the lower id. Elementwise, no host sync."""
-    v_nan, best_nan = v.isnan(), best_v.isnan()
-    same = (v == best_v) | (v_nan & best_nan)
-    return (v_nan & ~best_nan) | (v > best_v) | (same & (i < best_i))
+def exchange_slots(layout: VocabLayout, num_tokens: int, itemsize: int, budget_bytes: int) -> int:
+    """Blocks every rank of a split layout sends for ``num_tokens`` rows: those of the largest slice, plus one
+    for each range boundary a slice may cross."""
+    step = vocab_block_rows(num_tokens, itemsize, budget_bytes)
+    return max(1, -(-layout.max_rows // step)) + layout.head_ranges - 1
+
+
+def score_blocks(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    layout: VocabLayout,
+    *,
+    budget_bytes: int = DEFAULT_LOGITS_BUDGET_BYTES,
+    slots: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's best ``(value [S, N], global id [S, N] int64)`` per vocabulary block, blocks in ascending id order.
+
+    Each block holds at most ``budget_bytes`` of logits (``torch.matmul``); its maximum is the first
+    (lowest) id among equal values, a NaN logit counting as the largest (``torch.argmax``'s rule). ``S``
+    is ``slots`` when given (trailing slots without a block hold ``(-inf, NO_TOKEN)``), else the number of
+    blocks. Values are in the weight dtype. A rank with no rows returns one slot ``(-inf, NO_TOKEN)``.
+    """
+    hidden = hidden_states if hidden_states.dtype == weight.dtype else hidden_states.to(weight.dtype)
+    n = hidden.shape[0]
+    blocks = _blocks(layout.ranges, vocab_block_rows(n, weight.element_size(), budget_bytes))
+    count = max(1, len(blocks)) if slots is None else int(slots)
+    if len(blocks) > count:
+        raise ValueError(f"greedy draft head: {len(blocks)} vocabulary blocks do not fit {count} slots.")
+    values = torch.empty((count, n), dtype=weight.dtype, device=hidden.device)
+    ids = torch.empty((count, n), dtype=torch.int64, device=hidden.device)
+    for b, r in enumerate(blocks):
+        torch.max(hidden @ weight.narrow(0, r.first_row, r.num_rows).T, dim=-1, out=(values[b], ids[b]))
+        if r.first_id:
+            ids[b].add_(r.first_id)
+    if len(blocks) < count:
+        values[len(blocks) :].fill_(float("-inf"))
+        ids[len(blocks) :].fill_(NO_TOKEN)
+    return values, ids
+
+
+def pick_first(values: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``[S, N]`` candidates whose slots are in ascending id order -> the id ``[N]`` of the first slot holding
+    each column's maximum: ``torch.argmax``'s rule (NaN the largest, the lowest id on ties)."""
+    if values.shape[0] == 1:
+        return ids[0]
+    return ids.gather(0, values.argmax(dim=0, keepdim=True))[0]
 
 
 def score_local(
@@ -177,29 +232,13 @@ def score_local(
     *,
     budget_bytes: int = DEFAULT_LOGITS_BUDGET_BYTES,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's best ``(value [N], global id [N] int64)`` per row of ``hidden_states``.
-
-    Each row range is scored in vocabulary blocks of ``budget_bytes`` of logits (``torch.matmul``).
-    Blocks come in ascending id order and are merged keeping the larger value, then the lower id,
-    so the result equals an argmax over all rows of the layout. A NaN logit counts as the largest,
-    as in ``torch.argmax``. Values are in the weight dtype. A rank with no rows returns ``(-inf, NO_TOKEN)``.
-    """
-    hidden = hidden_states if hidden_states.dtype == weight.dtype else hidden_states.to(weight.dtype)
-    n = hidden.shape[0]
-    step = vocab_block_rows(n, weight.element_size(), budget_bytes)
-    best_v = best_i = None
-    for r in layout.ranges:
-        for v, i in _range_best(hidden, weight, r, step):
-            if best_v is None:
-                best_v, best_i = v, i
-                continue
-            take = _beats(v, i, best_v, best_i)
-            best_v = torch.where(take, v, best_v)
-            best_i = torch.where(take, i, best_i)
-    if best_v is None:
-        best_v = torch.full((n,), float("-inf"), dtype=weight.dtype, device=hidden.device)
-        best_i = torch.full((n,), NO_TOKEN, dtype=torch.int64, device=hidden.device)
-    return best_v, best_i
+    """This rank's best ``(value [N], global id [N] int64)``: the first block holding the maximum, as in
+    ``pick_first``. A rank with no rows returns ``(-inf, NO_TOKEN)``."""
+    values, ids = score_blocks(hidden_states, weight, layout, budget_bytes=budget_bytes)
+    if values.shape[0] == 1:
+        return values[0], ids[0]
+    first = values.argmax(dim=0, keepdim=True)
+    return values.gather(0, first)[0], ids.gather(0, first)[0]
 
 
 # --------------------------------------------------------------------------- across ranks
@@ -234,21 +273,24 @@ def exchange_candidates(
     send: torch.Tensor | None = None,
     recv: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """All-gather every rank's ``(values [N], ids [N])`` as one packed tensor; returns ``[tp, N]`` each.
+    """All-gather every rank's candidates ``values, ids`` (``[N]`` or ``[S, N]``) as one packed float64 tensor;
+    returns ``[tp * S, N]`` each, rank by rank (rank r's slots at ``r * S``).
 
-    ``send`` (``[2*N]``) and ``recv`` (``[tp*2*N]``) float64 buffers may be given (static buffers
-    for CUDA graphs); otherwise they are allocated.
+    ``send`` (``[S*2*N]``) and ``recv`` (``[tp*S*2*N]``) float64 buffers may be given (static buffers for
+    CUDA graphs); otherwise they are allocated.
     """
-    n = values.shape[0]
+    if values.dim() == 1:
+        values, ids = values[None], ids[None]
+    s, n = values.shape
     if send is None:
-        send = torch.empty((2 * n,), dtype=torch.float64, device=values.device)
+        send = torch.empty((s * 2 * n,), dtype=torch.float64, device=values.device)
     if recv is None:
-        recv = torch.empty((tp_size * 2 * n,), dtype=torch.float64, device=values.device)
-    packed = send.view(2, n)
-    packed[0].copy_(values)
-    packed[1].copy_(ids)
+        recv = torch.empty((tp_size * s * 2 * n,), dtype=torch.float64, device=values.device)
+    packed = send.view(s, 2, n)
+    packed[:, 0].copy_(values)
+    packed[:, 1].copy_(ids)
     _all_gather(tp_group, recv, send)
-    gathered = recv.view(tp_size, 2, n)
+    gathered = recv.view(tp_size * s, 2, n)
     return gathered[:, 0], gathered[:, 1]
 
 
@@ -286,7 +328,11 @@ def greedy_token_ids(
     if layout is None:
         tp_size, tp_rank = group_size_rank(tp_group)
         layout = layout_for_head(lm_head, tp_rank, tp_size)
-    values, ids = score_local(hidden_states, weight, layout, budget_bytes=budget_bytes)
     if layout.tp_size == 1:
-        return ids
+        return pick_first(*score_blocks(hidden_states, weight, layout, budget_bytes=budget_bytes))
+    if layout.split:  # rank order is id order: one argmax over every rank's blocks
+        slots = exchange_slots(layout, hidden_states.shape[0], weight.element_size(), budget_bytes)
+        values, ids = score_blocks(hidden_states, weight, layout, budget_bytes=budget_bytes, slots=slots)
+        return pick_first(*exchange_candidates(tp_group, values, ids, layout.tp_size)).to(torch.int64)
+    values, ids = score_local(hidden_states, weight, layout, budget_bytes=budget_bytes)
     return pick_global(*exchange_candidates(tp_group, values, ids, layout.tp_size))

@@ -9,8 +9,8 @@ show DFLASH with the configured block size and draft backend; the reported avera
 0.75 x the block size (ACCEPT_FLOOR). The tiny draft predicts the whole block only from the right captured target
 features and the right head ids (docs/tiny_checkpoints.md), so the floor checks the plugin's capture and head too.
 
-With the plugin installed this runs on SGLang 0.5.11-0.5.13 (where upstream cannot serve Gemma 4 DFLASH) as well as
-on later lines. Skipped, with the reason, without a CUDA GPU.
+With the plugin installed it is meant for SGLang 0.5.12-0.5.13 (where upstream cannot serve Gemma 4 DFLASH) as well
+as later lines. Skipped, with the reason, without a CUDA GPU.
 """
 
 import json
