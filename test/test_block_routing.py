@@ -100,6 +100,11 @@ def test_decline_reasons_name_each_unsupported_argument():
     assert "float8" in backend_hooks.decline_reason(dict(base, k_buffer=fp8), False)
     assert "not know" in backend_hooks.decline_reason(dict(base, future_flag=1), False)
     assert backend_hooks.decline_reason(dict(base, skip_extend=True), False) == "skip_extend is set"
+    no_indices = {k: v for k, v in base.items() if k != "kv_indices"}
+    assert (
+        backend_hooks.decline_reason(no_indices, False)
+        == "arguments the block kernel needs are missing: ['kv_indices']"
+    )
 
 
 def test_role_of_a_model_runner(sglang, pair):

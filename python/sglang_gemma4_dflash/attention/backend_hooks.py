@@ -62,7 +62,7 @@ def route_verify(original, self, *args, **kwargs):
     dispatch = getattr(self, _DISPATCH, None)
     if dispatch is None:
         return original(self, *args, **kwargs)
-    forward_batch = dispatch.forward_batch_of(original, self, args, kwargs)
+    forward_batch = dispatch.forward_batch_of(original, args, kwargs)
     if not forward_batch.forward_mode.is_target_verify():
         return original(self, *args, **kwargs)
     dispatch.mask_is_causal = compat.is_dflash_verify_input(forward_batch.spec_info)
@@ -80,23 +80,26 @@ class BlockDispatch:
     def __init__(self, upstream, role: str):
         self.upstream = upstream
         self.role = role
-        self.signature = inspect.signature(inspect.unwrap(upstream))
+        params = inspect.signature(inspect.unwrap(upstream)).parameters
+        self.names = tuple(params)  # upstream's parameters in order, and their defaults: calls are bound by hand
+        self.defaults = {n: p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
         self.mask_is_causal = False  # DFLASH's verify mask (0.5.11-0.5.13): the whole context, the block causally
         self.declined: set[str] = set()  # why calls went to upstream's kernel
         self.served = 0  # calls the block kernel took (at capture, under CUDA graphs)
         self.call = torch.compiler.disable(self._call)
-        self._forward_extend_signature = None
+        self._forward_batch_at = None  # forward_batch's position among forward_extend's arguments after self
 
-    def forward_batch_of(self, original, backend, args, kwargs):
-        if self._forward_extend_signature is None:
-            self._forward_extend_signature = inspect.signature(original)
-        return self._forward_extend_signature.bind(backend, *args, **kwargs).arguments["forward_batch"]
+    def forward_batch_of(self, original, args, kwargs):
+        if self._forward_batch_at is None:
+            self._forward_batch_at = tuple(inspect.signature(original).parameters).index("forward_batch") - 1
+        return args[self._forward_batch_at] if len(args) > self._forward_batch_at else kwargs["forward_batch"]
 
     def _call(self, *args, **kwargs):
-        bound = self.signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        a = bound.arguments
-        reason = decline_reason(a, self.mask_is_causal)
+        a = dict(self.defaults)
+        a.update(zip(self.names, args))
+        a.update(kwargs)
+        reason = "more positional arguments than upstream's kernel takes" if len(args) > len(self.names) else None
+        reason = reason or decline_reason(a, self.mask_is_causal)
         if reason is not None:
             if reason not in self.declined:
                 self.declined.add(reason)
@@ -137,6 +140,11 @@ UNUSED = {
     "aux_tensors": None,
     "identity_kv_indices": False,
 }
+READ = {
+    "q_extend", "k_extend", "v_extend", "o_extend", "k_buffer", "v_buffer", "qo_indptr", "kv_indptr", "kv_indices",
+    "custom_mask", "is_causal", "max_len_extend", "k_scale", "v_scale", "sm_scale", "logit_cap",
+    "sliding_window_size", "xai_temperature_len",
+}  # fmt: skip
 KNOWN = {
     "q_extend", "k_extend", "v_extend", "o_extend", "k_buffer", "v_buffer", "qo_indptr", "kv_indptr", "kv_indices",
     "custom_mask", "is_causal", "mask_indptr", "max_len_extend", "k_scale", "v_scale", "sm_scale", "logit_cap",
@@ -152,6 +160,9 @@ def decline_reason(a: dict, mask_is_causal: bool) -> str | None:
     unknown = sorted(set(a) - KNOWN)
     if unknown:
         return f"arguments the block kernel does not know: {unknown}"
+    missing = sorted(READ - set(a))
+    if missing:
+        return f"arguments the block kernel needs are missing: {missing}"
     for name, unused in UNUSED.items():
         value = a.get(name, unused)
         if (value is not None) if unused is None else bool(value) != unused:
