@@ -1,18 +1,20 @@
 """Every SGLang line from 0.5.11 to 0.5.23, checked from the source in its published wheel.
 
 Each wheel is read, never installed (downloaded into ``.cache/sglang-wheels/`` with pip when missing, 7-39 MB).
-From the source, with ``ast``: the features ``compat.probe()`` would find (``features_from_source``), so the hook
-plan ``hooks.plan`` would make, with every target looked up with the arguments its hook binds; what SGLang does
-with DFLASH and DP attention, the DFlash modules it adds, the torch it pins; what ``compat`` reaches for at run
-time; the arguments of SGLang's extend kernel; and any class that would inherit a hooked method but overrides it.
-All of it is compared with the table in ``sglang_gemma4_dflash.lines`` (what ``doctor`` and README print).
-0.5.11, which the plugin does not support, is checked to be refused by name.
+From the source, with ``ast``: the features ``compat.probe()`` would find (``features_from_source``) and the plan
+``hooks.plan`` makes from them, every target looked up with the arguments its hook binds; what SGLang does with
+DFLASH and DP attention, the DFlash modules it adds, the torch it pins; what ``compat`` reaches for at run time;
+the arguments of SGLang's extend kernel; any class that would inherit a hooked method but overrides it. All of it
+is compared with the table in ``sglang_gemma4_dflash.lines`` (what ``doctor`` and README print), and each check is
+shown to fail on a copy of 0.5.23's sources with a fault planted. 0.5.11, which the plugin does not support, is
+checked to be refused by name.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import inspect
 import subprocess
 import sys
 import zipfile
@@ -331,3 +333,68 @@ def test_the_block_attention_dispatch_knows_every_argument_of_sglang_extend_kern
             "kv_indices", "custom_mask", "is_causal", "max_len_extend", "k_scale", "v_scale", "sm_scale", "logit_cap",
             "sliding_window_size", "sinks", "xai_temperature_len"}  # fmt: skip
     assert read <= names
+
+
+WORKER_V2 = compat.module_of(compat.V2_WORKER)
+HEAD_DEF = "    def _greedy_sample_from_vocab_parallel_head(\n        self,\n        *,\n        hidden_states"
+PLANTS = {  # name: (the check that must fail, module, text, its replacement in a copy of 0.5.23's sources)
+    "a subclass overriding the head": (
+        test_no_class_in_sglang_overrides_a_method_the_plugin_hooks,
+        "sglang.srt.speculative.dp_worker",
+        "",
+        "class DPWorker(DFlashWorkerV2):\n    def _greedy_sample_from_vocab_parallel_head(self):\n        pass\n",
+    ),
+    "a grandchild overriding forward_extend": (
+        test_no_class_in_sglang_overrides_a_method_the_plugin_hooks,
+        "sglang.srt.layers.attention.leaf",
+        "",
+        "class Mid(TritonAttnBackend):\n    pass\n\n\nclass Leaf(Mid):\n    def forward_extend(self):\n        pass\n",
+    ),
+    "a positional head call": (
+        test_what_compat_reaches_for_at_run_time_is_there,
+        WORKER_V2,
+        "_greedy_sample_from_vocab_parallel_head(\n                    hidden_states=",
+        "_greedy_sample_from_vocab_parallel_head(\n                    ",
+    ),
+    "graph batch sizes from elsewhere": (
+        test_what_compat_reaches_for_at_run_time_is_there,
+        WORKER_V2,
+        "max_bs=max(get_exec().graph.cuda_graph_config.decode.bs)",
+        "max_bs=max(self.server_args.cuda_graph_config.decode.bs)",
+    ),
+    "the draft graph kept on under DP": (
+        test_each_lines_dp_attention_new_dflash_modules_and_torch_are_what_the_table_says,
+        WORKER_V2,
+        "Disable DFLASH draft cuda graph because dp attention ",
+        "Keep the DFLASH draft cuda graph although dp attention ",
+    ),
+    "a renamed builder": (
+        test_each_line_gets_what_the_table_says_and_every_hook_finds_its_target,
+        WORKER_V2,
+        "def _maybe_build_draft_sampler(",
+        "def _build_draft_sampler(",
+    ),
+    "a head argument renamed": (
+        test_each_line_gets_what_the_table_says_and_every_hook_finds_its_target,
+        WORKER_V2,
+        HEAD_DEF,
+        HEAD_DEF.replace("hidden_states", "hidden"),
+    ),
+}
+
+
+@pytest.mark.parametrize("plant", PLANTS)
+def test_the_source_checks_catch_a_planted_fault(plant, monkeypatch):
+    """Each check above fails on a copy of 0.5.23's sources with one fault planted."""
+    check, module, text, replacement = PLANTS[plant]
+    sources = dict(wheel_sources("0.5.23"))
+    if text:
+        assert text in sources[module]
+        sources[module] = sources[module].replace(text, replacement)
+    else:
+        sources[module] = replacement
+    monkeypatch.setattr(sys.modules[__name__], "wheel_sources", lambda version: sources)
+    with pytest.raises(AssertionError):
+        check(
+            "0.5.23", **({"monkeypatch": monkeypatch} if "monkeypatch" in inspect.signature(check).parameters else {})
+        )
