@@ -57,8 +57,9 @@ def test_the_start_up_line_and_doctor_say_this_lines_row_and_doctor_names_a_diff
         assert f"  {other.version:13s} {other.installs.name:9s} torch {other.torch}" in out["text"]
     assert lines.RUNS in out["text"]
     assert out["kernel_off"].startswith(f"DIFFERS from the table for SGLang {line}")
-    assert "not installed here: ['around TritonAttnBackend.__init__', 'around TritonAttnBackend.forward_extend']" in (
-        out["kernel_off"]
+    assert (
+        "not installed here: ['around TritonAttnBackend.__init__', 'around TritonAttnBackend.forward_extend']"
+        in (out["kernel_off"])
     )
 
 
