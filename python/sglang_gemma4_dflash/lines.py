@@ -117,7 +117,7 @@ def announce(version: str) -> str:
             f"SGLang {version} is not among the lines checked against their published source ({LINES[0].version}"
             f"-{LINES[-1].version}): each module's line below says what installs"
         )
-    return f"on this line (checked against its published source) it installs: {row.installs.summary}"
+    return f"on this line, by default (checked against its published source), it installs: {row.installs.summary}"
 
 
 def compare(version: str, changes) -> str:
