@@ -36,7 +36,7 @@ class Line:
     torch: str  # the torch the wheel pins (0.5.18+ need a torch the GPU machine here does not have)
     installs: Installs
     dp_attention: str
-    new_paths: tuple[str, ...] = ()  # DFlash modules the plugin leaves to SGLang (checked to run beside it)
+    new_paths: tuple[str, ...] = ()  # DFlash modules the plugin leaves to SGLang (run beside it on 0.5.23 only)
     gpu: str = ""  # what ran on a GPU here ("": never)
     cpu: str = ""  # what runs on CPU here, in CI ("": nothing)
 
