@@ -357,10 +357,11 @@ def tp_group():
 
 
 def batch_group():
-    """The TP ranks that run the same batch. Under DP attention (0.5.2x allows it with DFLASH and
+    """The TP ranks that run the same batch. Under DP attention (0.5.23 allows it with DFLASH and
     ``--enable-dp-lm-head``) each DP group runs its own rows, so a collective over the whole TP group
     would pair calls with different row counts; SGLang's ``get_dp_tp_group()`` names the attention-TP
-    group there and the TP group otherwise. Lines without it refuse DFLASH with DP attention."""
+    group there and the TP group otherwise. Lines without it (0.5.21 and older) refuse DFLASH with DP
+    attention on CUDA."""
     get_dp_tp_group = resolve("sglang.srt.layers.dp_attention.get_dp_tp_group")
     return get_dp_tp_group() if get_dp_tp_group is not None else tp_group()
 

@@ -7,12 +7,13 @@ $ sglang-gemma4-dflash-doctor --json     # the same as one JSON object
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 from importlib.metadata import entry_points
 
-from sglang_gemma4_dflash import __version__, compat, hooks
+from sglang_gemma4_dflash import __version__, compat, hooks, lines
 
 ENTRY_POINT = "gemma4_dflash"
 
@@ -83,6 +84,8 @@ def report() -> dict:
             for s in plan.skipped
         ],
         "left_to_upstream": [{"what": u.what, "why": u.why} for u in plan.left],
+        "against_the_table": lines.compare(features.version, plan.installed),
+        "lines": [dataclasses.asdict(row) for row in lines.LINES],
     }
 
 
@@ -112,7 +115,7 @@ def format_report(info: dict) -> str:
         for t in info["gemma4_targets"]
     ] + [f"{path.rsplit('.', 1)[1]} (inherits)" for path in info["gemma4_subclasses"]]
     enabled = info["enabled"]
-    lines = [
+    out = [
         f"sglang-gemma4-dflash {info['plugin_version']}",
         f"SGLang {info['sglang_version']} (the plugin supports {info['supported_sglang']}), "
         f"DFlash worker: {info['dflash_worker'] or 'none'}",
@@ -133,14 +136,17 @@ def format_report(info: dict) -> str:
         ],
         "left to upstream:",
         *[f"  {u['what']}: {u['why']}" for u in info["left_to_upstream"]],
+        f"against the table of lines: {info['against_the_table']}",
+        "what the plugin installs on each line, and what ran where (the table, checked against each wheel):",
+        lines.format_lines(),
     ]
     check = info.get("head_self_check")
     if check:
-        lines.append(
+        out.append(
             f"greedy head self-check on {check['device']} (V={check['vocab']}, H={check['hidden']}, "
             f"N={check['tokens']}): {'ok' if check['ok'] else 'FAILED'}, {check['mismatches']} mismatches"
         )
-    return "\n".join(lines)
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

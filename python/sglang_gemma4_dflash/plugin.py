@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from sglang_gemma4_dflash import __version__, compat, hooks, lazy
+from sglang_gemma4_dflash import __version__, compat, hooks, lazy, lines
 from sglang_gemma4_dflash.state import STATE
 
 logger = logging.getLogger(__name__)
@@ -86,8 +86,9 @@ def register() -> None:
     finally:
         STATE.deferred_apply = False
     done = len(compat.hooked_modules()) - len(lazy.waiting())
+    version = compat.installed_sglang_version()
     _announce(
-        f"sglang-gemma4-dflash {__version__} loaded on SGLang {compat.installed_sglang_version()}; its hooks go on "
-        f"where SGLang imports the Gemma 4 models, a DFlash worker or the triton attention backend ({done} of those "
-        "modules imported so far)"
+        f"sglang-gemma4-dflash {__version__} loaded on SGLang {version}; its hooks go on where SGLang imports the "
+        f"Gemma 4 models, a DFlash worker or the triton attention backend ({done} of those modules imported so far); "
+        + lines.announce(version)
     )
