@@ -159,7 +159,7 @@ def test_bad_arguments_are_named():
 
 def test_split_count_depends_on_shapes_only():
     """The static split count (a CUDA graph's grid) comes from the batch and the heads, never from lengths."""
-    tuning = block_kernel.Tuning(programs=264, max_splits=32)
+    tuning = block_kernel.Tuning(programs_per_sm=2, max_splits=32)  # 264 programs
     cpu = torch.device("cpu")
     assert block_kernel.num_splits(1, 4, 4, tuning, cpu) == 17
     assert block_kernel.num_splits(16, 4, 4, tuning, cpu) == 2

@@ -166,10 +166,23 @@ def errors(kind: dict, ctx: int, batch: int) -> dict:
     return out
 
 
-def sweep_tunings(m_tiles: list[int], dv_parts: list[int]) -> list:
+SWEEP_GRID = {  # option -> Tuning field; each option is a comma list
+    "m_tiles": "m_tile",
+    "block_ns": "block_n",
+    "warps": "num_warps",
+    "stages": "num_stages",
+    "dv_parts": "dv_parts",
+    "min_splits": "min_split",
+    "programs_per_sm": "programs_per_sm",
+}
+
+
+def sweep_tunings(args) -> list:
+    """Every combination of the --sweep-* lists."""
+    names = list(SWEEP_GRID)
+    values = [[int(x) for x in getattr(args, f"sweep_{name}").split(",")] for name in names]
     return [
-        block_kernel.Tuning(m_tile=m, block_n=n, num_warps=w, num_stages=s, dv_parts=p)
-        for m, n, w, s, p in itertools.product(m_tiles, (32, 64), (4, 8), (2, 3), dv_parts)
+        block_kernel.Tuning(**{SWEEP_GRID[n]: v for n, v in zip(names, combo)}) for combo in itertools.product(*values)
     ]
 
 
@@ -183,9 +196,14 @@ def main() -> None:
     ap.add_argument("--sweep-kinds", default="target-sliding,target-global,draft-full")
     ap.add_argument("--sweep-points", default="8192x1,2048x16", help="context x batch pairs the sweep times")
     ap.add_argument("--sweep-m-tiles", default="16,32,64")
+    ap.add_argument("--sweep-block-ns", default="32,64")
+    ap.add_argument("--sweep-warps", default="4,8")
+    ap.add_argument("--sweep-stages", default="2,3")
     ap.add_argument("--sweep-dv-parts", default="1", help="value-dim slices per row tile, e.g. 1,2,4")
+    ap.add_argument("--sweep-min-splits", default="256")
+    ap.add_argument("--sweep-programs-per-sm", default="2")
     ap.add_argument("--budget-s", type=float, default=300.0, help="no new row starts after this many seconds")
-    ap.add_argument("--sweep-budget-s", type=float, default=150.0, help="the same for the sweep, from its start")
+    ap.add_argument("--sweep-budget-s", type=float, default=150.0, help="the same for each sweep point")
     args = ap.parse_args()
     contexts = [int(x) for x in args.contexts.split(",")]
     batches = [int(x) for x in args.batches.split(",")]
@@ -243,14 +261,13 @@ def main() -> None:
             torch.cuda.empty_cache()
         save()
     if args.sweep:
-        started = time.time()
         points = [tuple(int(x) for x in p.split("x")) for p in args.sweep_points.split(",")]
+        tunings = sweep_tunings(args)
         for name, (ctx, batch) in itertools.product(args.sweep_kinds.split(","), points):
-            tunings = sweep_tunings(
-                [int(x) for x in args.sweep_m_tiles.split(",")], [int(x) for x in args.sweep_dv_parts.split(",")]
-            )
+            started = time.time()
             for tuning in tunings:
                 if time.time() - started > args.sweep_budget_s:
+                    log(f"sweep {name} ctx={ctx} batch={batch}: budget spent, {tuning} and later not timed")
                     break
                 try:
                     ms = timed(lambda c, t=tuning: ours(c, t), name, ctx, batch)

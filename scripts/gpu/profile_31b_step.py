@@ -3,6 +3,7 @@
     source scripts/gpu/setup_site.sh 0.5.17   # or 0.5.13, 0.5.16
     python3 scripts/gpu/profile_31b_step.py --out $OUT/step_31b.json [--modes plain,dflash,dflash-noplugin]
         [--prompt-lens 64,2048,8192] [--context-length N] [--batches 1,4,16] [--profile-batches 1,4,16]
+        [--profile-prompt-lens 2048,8192] [--max-cell-tokens N]
         [--steps 8] [--trace-dir $OUT/traces] [--plain-reference EARLIER.json]
 
 Modes: plain; dflash (with the plugin and its block attention kernel); dflash-nokernel (the plugin with
@@ -239,12 +240,21 @@ def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
 # --------------------------------------------------------------------------- on the GPU
 
 
-def profile_once(base_url: str, batch: int, prompt_len: int, steps: int, trace_dir: str, tag: str) -> str:
+def profile_tokens(t_step_ms: float | None, steps: int) -> int:
+    """Enough new tokens to cover the 1 s wait, the profiler's start and `steps` steps (a slow step needs fewer)."""
+    if not t_step_ms:
+        return PROFILE_TOKENS
+    return min(PROFILE_TOKENS, int(3000 / t_step_ms) + 3 * steps + 16)
+
+
+def profile_once(
+    base_url: str, batch: int, prompt_len: int, steps: int, trace_dir: str, tag: str, new_tokens: int = PROFILE_TOKENS
+) -> str:
     """Run `batch` long requests (prompts already cached by the rate measurement); profile `steps` steps."""
     prompts = bench.prompts_for(batch, prompt_len)
     worker = threading.Thread(
         target=e2e.generate_many,
-        args=(base_url, prompts, PROFILE_TOKENS),
+        args=(base_url, prompts, new_tokens),
         kwargs={"concurrency": batch, "timeout": 600, "ignore_eos": True},
     )
     worker.start()
@@ -330,6 +340,12 @@ def main() -> None:
     parser.add_argument("--context-length", type=int, help="the servers' --context-length")
     parser.add_argument("--batches", default="1,4,16")
     parser.add_argument("--profile-batches", help="the batch sizes that get a profiled breakdown (default: all)")
+    parser.add_argument("--profile-prompt-lens", help="the prompt lengths that get a profiled breakdown (default: all)")
+    parser.add_argument(
+        "--max-cell-tokens",
+        type=int,
+        help="skip cells whose prompt_len x batch exceeds this (and the server's KV pool)",
+    )
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--bandwidth-tbs", type=float, default=4.3, help="measured copy bandwidth, for the ideal")
     parser.add_argument("--trace-dir", help="copy the batch-1 trace of each mode here (gzipped)")
@@ -347,6 +363,9 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     profiled = batches if args.profile_batches is None else [int(b) for b in args.profile_batches.split(",") if b]
     prompt_lens = [int(p) for p in args.prompt_lens.split(",")]
+    profiled_lens = (
+        prompt_lens if args.profile_prompt_lens is None else [int(p) for p in args.profile_prompt_lens.split(",") if p]
+    )
     context = args.context_length or max(prompt_lens) + bench.N_LONG + PROFILE_TOKENS + 64
     paths = bench.write_configs(args.work_dir)
     tiny = {k: str(v) for k, v in write_tiny_checkpoints(os.path.join(args.work_dir, "tiny")).items()}
@@ -395,16 +414,24 @@ def main() -> None:
                 log_path=os.path.join(out_dir, f"profile-{mode}.log"),
             ) as server:
                 server_report["ready_s"] = round(time.time() - started, 1)
-                log(f"{mode}: ready in {server_report['ready_s']} s")
+                info = e2e.server_info(server.base_url)
+                pool = info.get("max_total_num_tokens")
+                server_report["max_total_num_tokens"] = pool
+                log(f"{mode}: ready in {server_report['ready_s']} s, KV pool {pool} tokens")
                 for prompt_len in prompt_lens:
                     for b in batches:
                         row = {"mode": mode, "prompt_len": prompt_len, "batch": b}
+                        cell = prompt_len * b
+                        if (args.max_cell_tokens and cell > args.max_cell_tokens) or (pool and cell > pool):
+                            server_report.setdefault("skipped", []).append(f"{prompt_len}x{b}")
+                            continue
                         row.update(bench.measure(server.base_url, [b], prompt_len=prompt_len)[str(b)])
                         row["t_step_ms"] = step_time_ms(row, dflash)
                         report["rows"].append(row)
-                        if b in profiled:
+                        if b in profiled and prompt_len in profiled_lens:
                             tag = f"{mode}-p{prompt_len}-b{b}"
-                            trace = profile_once(server.base_url, b, prompt_len, args.steps, args.work_dir, tag)
+                            tokens = profile_tokens(row["t_step_ms"], args.steps)
+                            trace = profile_once(server.base_url, b, prompt_len, args.steps, args.work_dir, tag, tokens)
                             row["breakdown"] = analyse(trace, dflash)
                             if args.trace_dir and b == 1:
                                 os.makedirs(args.trace_dir, exist_ok=True)

@@ -28,6 +28,7 @@ import triton.language as tl
 
 LOG2E = 1.4426950408889634
 MAX_BLOCK = 32  # the most block tokens per request the kernel takes
+CPU_SMS = 132  # an H200's count, for the split plan when no GPU is there (tests under the interpreter)
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Tuning:
     m_tile: int = 32  # rows (block position x query head) per program
     block_n: int = 32  # context tokens per inner step
     min_split: int = 256  # fewest context tokens worth a split of their own
-    programs: int = 264  # splits are added until about this many programs run (2 per SM on an H200)
+    programs_per_sm: int = 2  # splits are added until about this many programs per SM run
     max_splits: int = 32
     num_warps: int = 4
     num_stages: int = 2
@@ -285,9 +286,10 @@ def _sm_count(device_index: int) -> int:
 
 def num_splits(batch: int, num_kv_heads: int, row_chunks: int, tuning: Tuning, device: torch.device) -> int:
     """Static split count for a launch: enough programs to fill the GPU at this batch size (lengths ignored)."""
-    programs = tuning.programs
+    sms = CPU_SMS
     if device.type == "cuda":
-        programs = 2 * _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+        sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    programs = tuning.programs_per_sm * sms
     per_split = max(1, batch * num_kv_heads * row_chunks)
     return max(1, min(tuning.max_splits, triton.cdiv(programs, per_split)))
 
