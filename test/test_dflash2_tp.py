@@ -141,9 +141,9 @@ def _tiny_walks(draft, head, walks: list, perturb_rank: int | None) -> dict:
         out["candidates"].append(candidates.tolist())
         return ids
 
-    with torch.no_grad():
+    with torch.no_grad():  # steps every block (the same steps on every rank, whatever they draft)
         for features, seq, start in walks:
-            out["steps"].append(tiny_accept.walk(drafter, features, seq, start))
+            out["steps"].append(tiny_accept.walk(drafter, features, seq, start, stride=TINY.block_size))
     return out
 
 
@@ -211,6 +211,14 @@ def _counts(group, draft, head, world: int) -> dict:
     return {name: [n for n in c.names if n.startswith("c10d.")] for name, c in (("ours", ours), ("upstream", upstream))}
 
 
+def _part(fn, *args):
+    """One part's result, or the error it raised (on every rank alike: the other parts still run and report)."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def _rank(rank: int, world: int, case: dict) -> dict:
     from sglang.srt.plugins import load_plugins
 
@@ -226,11 +234,11 @@ def _rank(rank: int, world: int, case: dict) -> dict:
     head = tiny_dflash2.target_head(case["target"])
     out = {
         "hooked": compat.hook_in_place(f"{compat.DFLASH2_DRAFT}.compute_candidates", candidates.compute_candidates),
-        "topk": _topk_cases(group, world),
-        "tiny": _tiny_walks(draft, head, case["walks"], perturb_rank=None),
-        "tiny_perturbed": _tiny_walks(draft, head, case["walks"][:1], perturb_rank=world - 1),
-        "sync": _sync_cases(group, rank, world),
-        "counts": _counts(group, draft, head, world),
+        "topk": _part(_topk_cases, group, world),
+        "tiny": _part(_tiny_walks, draft, head, case["walks"], None),
+        "tiny_perturbed": _part(_tiny_walks, draft, head, case["walks"][:1], world - 1),
+        "sync": _part(_sync_cases, group, rank, world),
+        "counts": _part(_counts, group, draft, head, world),
     }
     try:  # stock SGLang's step on this head: the hook's original
         DFlash2DraftModel.compute_candidates.__wrapped__(draft, torch.zeros(2, TINY.hidden_size))
@@ -264,10 +272,18 @@ def tiny_case(sglang_tp1, tmp_path_factory) -> dict:
 @pytest.fixture(scope="module", params=WORLD_SIZES, ids=lambda w: f"tp{w}")
 def ranks(request, tiny_case):
     world = request.param
-    return world, multiproc.run_ranks(world, _rank, tiny_case, timeout=900)
+    return world, multiproc.run_ranks(world, _rank, tiny_case, timeout=600)
+
+
+def _no_errors(results, *parts):
+    for rank, result in enumerate(results):
+        for part in parts:
+            assert "error" not in result[part], f"rank {rank}, {part}: {result[part]['error']}"
 
 
 def _same_on_every_rank(results, *path):
+    _no_errors(results, path[0])
+
     def get(result):
         for key in path:
             result = result[key]
@@ -324,6 +340,7 @@ def test_stock_sglang_cannot_read_gemma4s_tied_head_in_the_candidate_step(ranks)
 def test_the_tiny_dflash2_draft_drafts_the_same_blocks_on_every_rank_and_accepts_them(ranks):
     """SGLang's _SelectorDraftSampler with the hooked candidate step, on the tiny Gemma 4 target's features."""
     _, results = ranks
+    _no_errors(results, "tiny")
     assert all(r["tiny"]["oracle_ok"] for r in results)  # candidates == torch.topk over the tied head, per rank
     _same_on_every_rank(results, "tiny", "candidates")
     _same_on_every_rank(results, "tiny", "blocks")
@@ -336,6 +353,7 @@ def test_a_rank_whose_draft_hidden_state_is_one_ulp_off_still_drafts_the_same_bl
     ulp ahead); through the plugin's exchange every rank gets the same candidates and drafts the same block. On the
     tiny DFlash2 draft the last rank's hidden state is one ulp off in one element: the ranks still agree."""
     world, results = ranks
+    _no_errors(results, "sync", "tiny_perturbed")
     alone = [r["sync"]["topk_alone"] for r in results]
     greedy_alone = [r["sync"]["greedy_alone"] for r in results]
     for rank in range(world):  # the inputs do flip the answer on the perturbed ranks
@@ -357,6 +375,7 @@ def test_upstreams_accept_sync_does_not_keep_an_unsynced_draft_in_step(ranks):
     """SGLANG_SPEC_TP_SYNC=all broadcasts the target's tokens (ACCEPT_GREEDY), not the draft: ranks that draft
     alone commit different tokens (rank 0 accepts its drafted 5s, the last rank none of its 996s)."""
     world, results = ranks
+    _no_errors(results, "sync")
     committed = [r["sync"]["step_alone"]["committed"] for r in results]
     assert committed[-1] == [SYNC_LOW]
     if world > 1:
@@ -368,6 +387,7 @@ def test_each_thing_is_synced_once_per_step(ranks):
     (SpecTpSync's ACCEPT_GREEDY; no SpecTpSync site covers the draft); the DFlash2 sampler with the plugin's
     candidates one all-gather (upstream's candidate step on a vocab-parallel head: two). None at TP 1."""
     world, results = ranks
+    _no_errors(results, "sync", "counts")
     for r in results:
         many = world > 1
         assert r["sync"]["step"]["collectives"] == (["c10d._allgather_base_", "c10d.broadcast_"] if many else []), r[

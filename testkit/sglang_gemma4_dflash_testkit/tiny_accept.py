@@ -127,9 +127,11 @@ def accept_steps(pair: SGLangPair, prompt: list[int], continuation: list[int]) -
     return steps, int(logits.argmax())
 
 
-def walk(drafter, features: torch.Tensor, seq: list[int], start: int) -> list[int]:
+def walk(drafter, features: torch.Tensor, seq: list[int], start: int, stride: int | None = None) -> list[int]:
     """Accept length of every DFLASH step along ``seq`` from ``start``: ``drafter(features of the verified tokens,
-    anchor)`` drafts block positions 1..; a step accepts them up to the first miss, plus the target's own token."""
+    anchor)`` drafts block positions 1..; a step accepts them up to the first miss, plus the target's own token,
+    and the next step starts after them. ``stride``: steps start every ``stride`` tokens instead, whatever was
+    accepted (the same steps on every rank of a multi-rank run, even where the ranks' drafts differ)."""
     block, pos, steps = TINY.block_size, start, []
     while pos + block <= len(seq):
         drafted = drafter(features[:pos], seq[pos])
@@ -137,7 +139,7 @@ def walk(drafter, features: torch.Tensor, seq: list[int], start: int) -> list[in
         while accepted < block - 1 and drafted[accepted] == seq[pos + 1 + accepted]:
             accepted += 1
         steps.append(accepted + 1)
-        pos += accepted + 1
+        pos += stride or accepted + 1
     return steps
 
 
