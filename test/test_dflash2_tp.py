@@ -5,8 +5,8 @@ Every rank loads the plugin through SGLang's ``load_plugins()``; its hook goes o
 ``DFlash2DraftModel.compute_candidates`` when SGLang imports the draft model, as in a scheduler. Each world size is
 spawned once; the parent checks what the ranks return:
 
-- ``head.topk`` over Gemma 4's tied head class (V = 320, 1001, 1000: not divisible by 3; V = 3: fewer tokens than
-  some ranks' k), fp32 and bf16, one vocabulary block per rank or many, ties planted across slice boundaries, NaN
+- ``head.topk`` over Gemma 4's tied head class (V = 320, 1001, 1000: not divisible by 3; V = 3: one token per
+  rank at TP 3), fp32 and bf16, one vocabulary block per rank or many, ties planted across slice boundaries, NaN
   logits: the same candidates on every rank, equal to a full-vocabulary ``torch.topk`` (its values) with equal
   logits (NaN included) by the lower id (``torch.sort(stable=True)``'s order);
 - the tiny DFlash2 draft (``tiny_dflash2``) on the tiny Gemma 4 target (features captured by SGLang's target with

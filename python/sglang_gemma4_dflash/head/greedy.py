@@ -12,6 +12,9 @@ without materialising all logits at once. Three pieces, each usable on its own:
   the blocks of every rank of a split head); ``pick_global(values, ids)`` for candidates in any order: the
   max value, then the lowest id among equal values.
 
+``head.topk`` (DFlash2's candidates) uses the same layout, blocks (``vocab_blocks``, ``block_logits``) and
+``all_gather``.
+
 Which rows a rank scores:
 
 - a vocab-parallel head (``shard_indices``: SGLang's ``ParallelLMHead``/``VocabParallelEmbedding``)
