@@ -348,8 +348,8 @@ def test_the_start_up_line_shows_before_sglang_configures_logging_and_then_sglan
     assert out == {"handlers": 0, "propagate": True, "level": logging.NOTSET}
     assert len([line for line in log.splitlines() if "sglang-gemma4-dflash 0.1.0 loaded on" in line]) == 1
     installed = [line for line in log.splitlines() if "sglang-gemma4-dflash on " in line and "installed:" in line]
-    assert len(installed) == 4  # one per module with targets (imported before load_plugins here): the Gemma 4
-    # models, the DFlash worker, the triton attention backend
+    assert len(installed) == 5  # one per module with targets (imported before load_plugins here): the Gemma 4
+    # models, the DFlash worker, the triton attention backend, the DFlash draft models (DFlash2's candidate step)
     assert "MUST-SHOW" in log and "MUST-NOT-SHOW" not in log
 
 

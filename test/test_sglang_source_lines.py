@@ -132,7 +132,12 @@ def features_from_source(version: str) -> SGLangFeatures:
     )
     subclasses = tuple(p for p in compat.GEMMA4_SUBCLASS_TARGETS if _has_class(sources, p))
     return SGLangFeatures(
-        version, workers, targets, subclasses, triton_backend=_has_class(sources, compat.TRITON_BACKEND)
+        version,
+        workers,
+        targets,
+        subclasses,
+        triton_backend=_has_class(sources, compat.TRITON_BACKEND),
+        candidate_step=_method(sources, f"{compat.DFLASH2_DRAFT}.compute_candidates")[1] is not None,
     )
 
 

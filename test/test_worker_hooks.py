@@ -210,14 +210,32 @@ class _InitWithSampler(_InitSignature):
         self._draft_sampler = SplitHeadDraftSampler(head, block_size=4, max_bs=1)
 
 
-def test_init_hook_logs_one_line_saying_which_pieces_run(gemma4, tiny_dirs, tmp_path, caplog):
+class _InitWithSelector(_InitSignature):
+    """A v2 worker whose draft is a DFlash2 draft (it has a candidate selector)."""
+
+    def __init__(
+        self, server_args, gpu_id, tp_rank, dp_rank, moe_ep_rank, attn_cp_rank, moe_dp_rank, nccl_port, target_worker
+    ):
+        from types import SimpleNamespace
+
+        self.draft_model = SimpleNamespace(candidate_selector=SimpleNamespace(top_k=4))
+
+
+def test_init_hook_logs_one_line_saying_which_pieces_run(gemma4, tiny_dirs, tmp_path, caplog, monkeypatch):
+    from sglang_gemma4_dflash import compat
+
     draft = _fitting_draft(gemma4, tiny_dirs, tmp_path)
     gemma4.model.layers_to_capture = [2, 4]  # what the capture method set when the target loaded (ids 1 and 3)
     with caplog.at_level(logging.INFO, logger="sglang_gemma4_dflash"):
         _init_with_draft(gemma4, draft)
         _init_with_draft(gemma4, draft, init=_InitWithSampler)
+        _init_with_draft(gemma4, draft, init=_InitWithSelector)  # the candidate hook is not on in this process
+        monkeypatch.setattr(compat, "hook_in_place", lambda target, impl: target.endswith(".compute_candidates"))
+        _init_with_draft(gemma4, draft, init=_InitWithSelector)
     lines = [r.getMessage() for r in caplog.records if "start-up checks passed" in r.getMessage()]
-    assert len(lines) == 2, lines  # one per worker
+    assert len(lines) == 4, lines  # one per worker
+    assert lines[2].endswith("; DFlash2 candidates: upstream's step")
+    assert lines[3].endswith("; DFlash2 candidates: the plugin's exact top-4 over 1 rank(s)")
     for line in lines:
         assert f"draft {draft}" in line and "capture of layers [1, 3]" in line and "for Gemma4ForCausalLM" in line
     assert "draft head: upstream's eager head" in lines[0]  # this stand-in worker has no head method to hook

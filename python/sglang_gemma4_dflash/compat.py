@@ -10,7 +10,8 @@ version table:
 - which Gemma 4 target classes it registers, whether each already has ``set_dflash_layers_to_capture``
   from upstream, and whether its forward can capture hidden states at all (0.5.11 cannot);
 - whether a hook target exists and takes the arguments the hook binds, and whether a hook is in place;
-- whether the v2 worker folds the draft head into its CUDA graph (``_maybe_build_draft_sampler``);
+- whether the v2 worker folds the draft head into its CUDA graph (``_maybe_build_draft_sampler``), and
+  whether the line has the DFlash2 draft's candidate step (``DFlash2DraftModel.compute_candidates``, 0.5.19+);
 - SGLang's HookRegistry, the draft's HF config, the tensor-parallel group (and, under DP attention, the
   ranks that share one batch), the largest draft CUDA-graph batch and the eager-sampler switch.
 
@@ -53,6 +54,10 @@ GEMMA4_TEXT_MODEL = "sglang.srt.models.gemma4_causal.Gemma4TextModel"
 FIRST_SUPPORTED = "0.5.12"
 TRITON_BACKEND = "sglang.srt.layers.attention.triton_backend.TritonAttnBackend"
 DFLASH_DRAFT = "sglang.srt.models.dflash.DFlashDraftModel"
+# The DFlash2 draft (0.5.19+): its candidate step reads the target head's vocab metadata, which Gemma 4's tied
+# head lacks; and that head's class.
+DFLASH2_DRAFT = "sglang.srt.models.dflash.DFlash2DraftModel"
+GEMMA4_EMBEDDING = "sglang.srt.models.gemma4_causal.Gemma4TextScaledWordEmbedding"
 DFLASH_VERIFY_INPUT = "sglang.srt.speculative.dflash_info.DFlashVerifyInput"
 
 
@@ -61,8 +66,9 @@ def module_of(path: str) -> str:
 
 
 def hooked_modules() -> tuple[str, ...]:
-    """The SGLang modules that hold hook targets: the Gemma 4 models, the DFlash workers, the triton backend."""
-    paths = GEMMA4_TARGETS + tuple(path for _, path in WORKERS) + (TRITON_BACKEND,)
+    """The SGLang modules that hold hook targets: the Gemma 4 models, the DFlash workers, the triton backend,
+    the DFlash draft models."""
+    paths = GEMMA4_TARGETS + tuple(path for _, path in WORKERS) + (TRITON_BACKEND, DFLASH2_DRAFT)
     return tuple(dict.fromkeys(module_of(p) for p in paths))
 
 
@@ -89,6 +95,7 @@ class SGLangFeatures:
     import_errors: tuple[tuple[str, str], ...] = ()  # (module, error) of hooked modules that failed to import
     complete: bool = True  # every hooked module was looked at (False: only those SGLang had imported)
     triton_backend: bool = False  # SGLang's triton attention backend (Gemma 4's, for target and draft)
+    candidate_step: bool = False  # DFlash2DraftModel.compute_candidates (0.5.19+)
 
     @property
     def worker(self) -> str | None:
@@ -206,7 +213,10 @@ def _features(modules: tuple[str, ...], *, complete: bool) -> SGLangFeatures:
     subclasses = tuple(p for p in GEMMA4_SUBCLASS_TARGETS if loaded(p) is not None)
     errors = tuple((m, e) for m, e in _import_errors.items() if m in modules)
     triton = module_of(TRITON_BACKEND) in modules and loaded(TRITON_BACKEND) is not None
-    return SGLangFeatures(installed_sglang_version(), workers, targets, subclasses, errors, complete, triton)
+    candidates = module_of(DFLASH2_DRAFT) in modules and hasattr(loaded(DFLASH2_DRAFT), "compute_candidates")
+    return SGLangFeatures(
+        installed_sglang_version(), workers, targets, subclasses, errors, complete, triton, candidates
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -386,6 +396,12 @@ def runs_dflash(model_runner) -> bool:
 def is_dflash_draft(model) -> bool:
     cls = loaded(DFLASH_DRAFT)  # a DFlash draft model's module is imported
     return cls is not None and isinstance(model, cls)
+
+
+def is_gemma4_tied_head(lm_head) -> bool:
+    """Gemma 4's tied LM head (its ``embed_tokens``): a full-vocabulary embedding with no vocab metadata."""
+    cls = loaded(GEMMA4_EMBEDDING)
+    return cls is not None and isinstance(lm_head, cls)
 
 
 def is_dflash_verify_input(spec_info) -> bool:

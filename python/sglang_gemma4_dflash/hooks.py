@@ -24,12 +24,13 @@ from typing import Callable
 from sglang_gemma4_dflash import compat
 from sglang_gemma4_dflash.attention import backend_hooks
 from sglang_gemma4_dflash.compat import SGLangFeatures
-from sglang_gemma4_dflash.dflash import worker_hooks
+from sglang_gemma4_dflash.dflash import candidates, worker_hooks
 from sglang_gemma4_dflash.gemma4 import capture
 
 ADD, AROUND = "add", "around"
 BLOCK_ATTENTION = "block attention"
 BLOCK_ATTENTION_WHAT = "verify and draft block attention"
+DFLASH2_CANDIDATES = "DFlash2 candidates"
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,19 @@ def plan(features: SGLangFeatures) -> tuple[list[Change], list[Upstream]]:
             )
         if worker.kind == "v2":
             left.append(Upstream(f"{name} (draft model, KV, verification)", "works for Gemma 4 as is"))
+    if features.candidate_step:  # DFlash2 drafts (0.5.19+); never required: plain DFlash drafts run without it
+        changes.append(
+            Change(
+                f"{compat.DFLASH2_DRAFT}.compute_candidates",
+                AROUND,
+                candidates.compute_candidates,
+                "upstream's DFlash2 candidate step reads lm_head.org_vocab_size or shard_indices, which Gemma 4's "
+                "tied head lacks (it raises); the plugin's exact top-k over that head, split over the TP ranks "
+                "with one all-gather, the same candidates on every rank",
+                DFLASH2_CANDIDATES,
+                ("hidden",),
+            )
+        )
     failed = {module for module, _ in features.import_errors}
     if not features.workers and features.complete and not failed & {compat.module_of(p) for _, p in compat.WORKERS}:
         left.append(Upstream("DFlash worker", f"SGLang {features.version} has no DFLASH worker: nothing to patch"))

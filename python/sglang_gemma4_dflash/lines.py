@@ -71,6 +71,12 @@ V2_GRAPH = Installs(
     "block-attention kernel",
     V2_EAGER.changes[:4] + ("around DFlashWorkerV2._maybe_build_draft_sampler",) + _BLOCK,
 )
+V2_DFLASH2 = Installs(
+    "v2+dflash2",
+    "as v2+graph, and DFlash2 drafts' candidate step on Gemma 4's tied head (exact top-k split over the TP ranks; "
+    "SGLang's step raises on that head)",
+    V2_GRAPH.changes[:5] + ("around DFlash2DraftModel.compute_candidates",) + _BLOCK,
+)
 
 _GPU_0513 = (
     "TP=1, tiny checkpoints: text and multimodal DFLASH token-identical to plain greedy, block attention on and "
@@ -96,12 +102,15 @@ LINES = (
     Line("0.5.16", "2.11.0", V2_GRAPH, DP_REFUSED, gpu=_GPU_0516),
     Line("0.5.17", "2.11.0", V2_GRAPH, DP_REFUSED, gpu=_GPU_0517),
     Line("0.5.18", "2.13.0", V2_GRAPH, DP_REFUSED, (DISAGGREGATION,)),
-    Line("0.5.19", "2.13.0", V2_GRAPH, DP_REFUSED, (DISAGGREGATION,)),
-    Line("0.5.20", "2.13.0", V2_GRAPH, DP_NPU, (DISAGGREGATION,)),
-    Line("0.5.21", "2.13.0", V2_GRAPH, DP_NPU, (DISAGGREGATION,)),
-    Line("0.5.22", "2.14.1", V2_GRAPH, DP_NPU, (DISAGGREGATION,)),
-    Line("0.5.23", "2.14.1", V2_GRAPH, DP_CUDA, (DISAGGREGATION, DFLASH_DP), cpu=_CPU_0523),
+    Line("0.5.19", "2.13.0", V2_DFLASH2, DP_REFUSED, (DISAGGREGATION,)),
+    Line("0.5.20", "2.13.0", V2_DFLASH2, DP_NPU, (DISAGGREGATION,)),
+    Line("0.5.21", "2.13.0", V2_DFLASH2, DP_NPU, (DISAGGREGATION,)),
+    Line("0.5.22", "2.14.1", V2_DFLASH2, DP_NPU, (DISAGGREGATION,)),
+    Line("0.5.23", "2.14.1", V2_DFLASH2, DP_CUDA, (DISAGGREGATION, DFLASH_DP), cpu=_CPU_0523),
 )
+
+
+PLANS = (V1, V2_EAGER, V2_GRAPH, V2_DFLASH2)
 
 
 def line(version: str) -> Line | None:
@@ -161,7 +170,7 @@ def format_lines() -> str:
         out.append(f"  {'':33s} CPU: {r.cpu or 'nothing'}; DFLASH with DP attention: {r.dp_attention}")
         if r.new_paths:
             out.append(f"  {'':33s} DFlash modules left to SGLang: {', '.join(r.new_paths)}")
-    out += [f"  {p.name}: {p.summary}" for p in (V1, V2_EAGER, V2_GRAPH)]
+    out += [f"  {p.name}: {p.summary}" for p in PLANS]
     return "\n".join(out + [f"  {RUNS}"])
 
 
@@ -176,5 +185,5 @@ def markdown() -> str:
         f"| {r.cpu or '—'} |"
         for r in LINES
     ]
-    legend = [f"- **{p.name}**: {p.summary}." for p in (V1, V2_EAGER, V2_GRAPH)]
+    legend = [f"- **{p.name}**: {p.summary}." for p in PLANS]
     return "\n".join([head, *rows, "", *legend, "", RUNS])

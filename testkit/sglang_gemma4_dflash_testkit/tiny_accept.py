@@ -123,15 +123,24 @@ def accept_steps(pair: SGLangPair, prompt: list[int], continuation: list[int]) -
     seq = list(prompt) + list(continuation)
     features, _ = capture(pair.target, seq)
     _, logits = capture(pair.target, list(prompt))
-    block, pos, steps = TINY.block_size, len(prompt), []
+    steps = walk(lambda context, anchor: draft_tokens(pair, context, anchor), features, seq, len(prompt))
+    return steps, int(logits.argmax())
+
+
+def walk(drafter, features: torch.Tensor, seq: list[int], start: int, stride: int | None = None) -> list[int]:
+    """Accept length of every DFLASH step along ``seq`` from ``start``: ``drafter(features of the verified tokens,
+    anchor)`` drafts block positions 1..; a step accepts them up to the first miss, plus the target's own token,
+    and the next step starts after them. ``stride``: steps start every ``stride`` tokens instead, whatever was
+    accepted (the same steps on every rank of a multi-rank run, even where the ranks' drafts differ)."""
+    block, pos, steps = TINY.block_size, start, []
     while pos + block <= len(seq):
-        drafted = draft_tokens(pair, features[:pos], seq[pos])
+        drafted = drafter(features[:pos], seq[pos])
         accepted = 0
         while accepted < block - 1 and drafted[accepted] == seq[pos + 1 + accepted]:
             accepted += 1
         steps.append(accepted + 1)
-        pos += accepted + 1
-    return steps, int(logits.argmax())
+        pos += stride or accepted + 1
+    return steps
 
 
 def predict(pair: SGLangPair, prompts, max_new_tokens: int = 48) -> Prediction:

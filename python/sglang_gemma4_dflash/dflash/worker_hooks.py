@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from sglang_gemma4_dflash import compat
-from sglang_gemma4_dflash.dflash import sampling_prebuild
+from sglang_gemma4_dflash.dflash import candidates, sampling_prebuild
 from sglang_gemma4_dflash.dflash.draft_sampler import SplitHeadDraftSampler
 from sglang_gemma4_dflash.gemma4.capture import check_then_capture, text_model_of
 from sglang_gemma4_dflash.gemma4.validate import validate_draft_against_target
@@ -80,6 +80,17 @@ def pieces_running(worker, target_model, draft_path: str) -> str:
         head = f"the plugin's exact head, eager, over {int(group.world_size)} rank(s)"
     else:
         head = "upstream's eager head"
+    selector = getattr(worker.__dict__.get("draft_model"), "candidate_selector", None)
+    if selector is not None:  # a DFlash2 draft walks the top-k candidates of each position
+        step = f"{compat.DFLASH2_DRAFT}.compute_candidates"
+        if candidates.serves(getattr(target_model, "lm_head", None)) and compat.hook_in_place(
+            step, candidates.compute_candidates
+        ):
+            head += (
+                f"; DFlash2 candidates: the plugin's exact top-{selector.top_k} over {int(group.world_size)} rank(s)"
+            )
+        else:
+            head += "; DFlash2 candidates: upstream's step"
     return (
         f"DFLASH worker {worker_cls.__name__} (rank {int(group.rank_in_group)} of {int(group.world_size)}) for "
         f"{cls.__name__}: start-up checks passed (draft {draft_path}); capture of layers {layers}: {capture}; "

@@ -12,6 +12,9 @@ without materialising all logits at once. Three pieces, each usable on its own:
   the blocks of every rank of a split head); ``pick_global(values, ids)`` for candidates in any order: the
   max value, then the lowest id among equal values.
 
+``head.topk`` (DFlash2's candidates) uses the same layout, blocks (``vocab_blocks``, ``block_logits``) and
+``all_gather``.
+
 Which rows a rank scores:
 
 - a vocab-parallel head (``shard_indices``: SGLang's ``ParallelLMHead``/``VocabParallelEmbedding``)
@@ -62,6 +65,7 @@ class VocabLayout:
     split: bool  # True: a full-vocabulary head sliced over the ranks in id order (rank order is id order)
     max_rows: int = 0  # split: the rows of the largest slice (rank 0), so every rank sends as many blocks
     head_ranges: int = 1  # split: row ranges of the whole head (2 with added vocabulary); a slice may span both
+    vocab: int = 0  # tokens of the whole head where this layout covers it (one rank, or split); 0 for a shard
 
     @property
     def num_rows(self) -> int:
@@ -145,9 +149,9 @@ def layout_for_head(lm_head, tp_rank: int = 0, tp_size: int = 1) -> VocabLayout:
     ranges = _head_vocab(lm_head, weight)
     if not _holds_full_vocab(lm_head, tp_size):
         return VocabLayout(ranges=ranges, tp_size=tp_size, split=False)
-    if tp_size == 1:
-        return VocabLayout(ranges=ranges, tp_size=1, split=False)
     vocab = sum(r.num_rows for r in ranges)
+    if tp_size == 1:
+        return VocabLayout(ranges=ranges, tp_size=1, split=False, vocab=vocab)
     start, stop = -(-tp_rank * vocab // tp_size), -(-(tp_rank + 1) * vocab // tp_size)  # ceil: rank 0 is largest
     return VocabLayout(
         ranges=_slice(ranges, start, stop),
@@ -155,6 +159,7 @@ def layout_for_head(lm_head, tp_rank: int = 0, tp_size: int = 1) -> VocabLayout:
         split=True,
         max_rows=-(-vocab // tp_size),
         head_ranges=len(ranges),
+        vocab=vocab,
     )
 
 
@@ -175,6 +180,17 @@ def _blocks(ranges: tuple[RowRange, ...], step: int) -> tuple[RowRange, ...]:
         for r in ranges
         for offset in range(0, r.num_rows, step)
     )
+
+
+def vocab_blocks(layout: VocabLayout, num_tokens: int, bytes_per_logit: int, budget_bytes: int) -> tuple[RowRange, ...]:
+    """``layout``'s rows cut into blocks whose ``[num_tokens, rows]`` logits (and what is built from them, at
+    ``bytes_per_logit`` per logit) hold at most ``budget_bytes``; ascending ids."""
+    return _blocks(layout.ranges, vocab_block_rows(num_tokens, bytes_per_logit, budget_bytes))
+
+
+def block_logits(hidden: torch.Tensor, weight: torch.Tensor, block: RowRange) -> torch.Tensor:
+    """``[N, block.num_rows]`` logits of one vocabulary block (``hidden`` already in the weight dtype)."""
+    return hidden @ weight.narrow(0, block.first_row, block.num_rows).T
 
 
 def exchange_slots(layout: VocabLayout, num_tokens: int, itemsize: int, budget_bytes: int) -> int:
@@ -201,14 +217,14 @@ def score_blocks(
     """
     hidden = hidden_states if hidden_states.dtype == weight.dtype else hidden_states.to(weight.dtype)
     n = hidden.shape[0]
-    blocks = _blocks(layout.ranges, vocab_block_rows(n, weight.element_size(), budget_bytes))
+    blocks = vocab_blocks(layout, n, weight.element_size(), budget_bytes)
     count = max(1, len(blocks)) if slots is None else int(slots)
     if len(blocks) > count:
         raise ValueError(f"greedy draft head: {len(blocks)} vocabulary blocks do not fit {count} slots.")
     values = torch.empty((count, n), dtype=weight.dtype, device=hidden.device)
     ids = torch.empty((count, n), dtype=torch.int64, device=hidden.device)
     for b, r in enumerate(blocks):
-        torch.max(hidden @ weight.narrow(0, r.first_row, r.num_rows).T, dim=-1, out=(values[b], ids[b]))
+        torch.max(block_logits(hidden, weight, r), dim=-1, out=(values[b], ids[b]))
         if r.first_id:
             ids[b].add_(r.first_id)
     if len(blocks) < count:
@@ -255,7 +271,8 @@ def group_size_rank(tp_group) -> tuple[int, int]:
     return dist.get_world_size(tp_group), dist.get_rank(tp_group)
 
 
-def _all_gather(tp_group, out: torch.Tensor, inp: torch.Tensor) -> None:
+def all_gather(tp_group, out: torch.Tensor, inp: torch.Tensor) -> None:
+    """``out`` = every rank's ``inp``, rank by rank (SGLang's GroupCoordinator, or a torch ProcessGroup)."""
     if hasattr(tp_group, "all_gather_into_tensor"):  # GroupCoordinator: pynccl / graph-safe path
         tp_group.all_gather_into_tensor(out, inp)
     else:
@@ -289,7 +306,7 @@ def exchange_candidates(
     packed = send.view(s, 2, n)
     packed[:, 0].copy_(values)
     packed[:, 1].copy_(ids)
-    _all_gather(tp_group, recv, send)
+    all_gather(tp_group, recv, send)
     gathered = recv.view(tp_size * s, 2, n)
     return gathered[:, 0], gathered[:, 1]
 
