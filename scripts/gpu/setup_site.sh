@@ -22,6 +22,18 @@ print(f"unpacked {len(parts)} part(s) into {site} in {time.time() - start:.0f}s"
 PY
 fi
 WHEEL_DIR=${WHEEL_DIR:-$PWD/.gpu-site} bash "$(dirname "${BASH_SOURCE[0]}")/add_plugin.sh" install "$SITE" || return 1
+# a wheel built before the last change to python/ would run old plugin code beside new scripts: refuse it
+if [ -d "$PWD/python/sglang_gemma4_dflash" ]; then
+  python3 - "$PWD/python/sglang_gemma4_dflash" "$SITE/sglang_gemma4_dflash" <<'PY' || return 1
+import filecmp, pathlib, sys
+src, site = map(pathlib.Path, sys.argv[1:])
+stale = [str(f.relative_to(src)) for f in src.rglob("*.py") if not (site / f.relative_to(src)).is_file()
+         or not filecmp.cmp(f, site / f.relative_to(src), shallow=False)]
+if stale:
+    sys.exit(f"the plugin wheel in .gpu-site is older than python/ ({', '.join(stale[:5])}): "
+             "run `bash scripts/gpu/add_plugin.sh` here and carry the new wheel")
+PY
+fi
 # the site's optional packages go on the path only where the machine lacks them
 _extra=""
 for _d in "$SITE"/_optional/*; do
