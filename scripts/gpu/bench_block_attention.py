@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import multiprocessing
 import platform
 import time
 
@@ -28,6 +29,7 @@ from sglang_gemma4_dflash.attention import block_kernel
 from sglang_gemma4_dflash_testkit.block_attention_ref import make_case, reference
 
 BLOCK = 16
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: only under TRITON_INTERPRET=1 (a smoke run)
 L2_OVERFLOW_BYTES = 256 << 20
 
 KINDS = {
@@ -50,7 +52,7 @@ def context_list(kind: dict, ctx: int) -> int:
 def build(kind: dict, ctx: int, batch: int, seed: int):
     n = context_list(kind, ctx)
     shape = {k: kind[k] for k in ("num_heads", "num_kv_heads", "head_dim", "window", "causal")}
-    return make_case([n] * batch, [BLOCK] * batch, dtype=torch.bfloat16, device="cuda", seed=seed, **shape)
+    return make_case([n] * batch, [BLOCK] * batch, dtype=torch.bfloat16, device=DEVICE, seed=seed, **shape)
 
 
 def kv_bytes(case) -> int:
@@ -186,6 +188,28 @@ def sweep_tunings(args) -> list:
     ]
 
 
+def _compile_one(job: tuple) -> str | None:
+    """In a worker process: run one variant once on the point's shapes, so Triton compiles it into its on-disk cache
+    (the same specialisation the timing process will ask for)."""
+    name, ctx, batch, fields = job
+    try:
+        fn, _ = ours(build(KINDS[name], ctx, batch, seed=0), block_kernel.Tuning(**fields))
+        fn()
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
+        return None
+    except Exception as e:  # recorded by the timing pass, which meets the same error
+        return f"{type(e).__name__}: {str(e)[:120]}"
+
+
+def precompile(name: str, ctx: int, batch: int, tunings: list, workers: int) -> float:
+    """Compile every variant of one sweep point in `workers` processes at once; seconds taken."""
+    started = time.time()
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        pool.map(_compile_one, [(name, ctx, batch, vars(t)) for t in tunings], chunksize=1)
+    return time.time() - started
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -204,6 +228,9 @@ def main() -> None:
     ap.add_argument("--sweep-programs-per-sm", default="2")
     ap.add_argument("--budget-s", type=float, default=300.0, help="no new row starts after this many seconds")
     ap.add_argument("--sweep-budget-s", type=float, default=150.0, help="the same for each sweep point")
+    ap.add_argument(
+        "--compile-workers", type=int, default=12, help="processes that compile a point's variants first (0: none)"
+    )
     args = ap.parse_args()
     contexts = [int(x) for x in args.contexts.split(",")]
     batches = [int(x) for x in args.batches.split(",")]
@@ -264,6 +291,9 @@ def main() -> None:
         points = [tuple(int(x) for x in p.split("x")) for p in args.sweep_points.split(",")]
         tunings = sweep_tunings(args)
         for name, (ctx, batch) in itertools.product(args.sweep_kinds.split(","), points):
+            if args.compile_workers > 0:
+                log(f"sweep {name} ctx={ctx} batch={batch}: {len(tunings)} variants compiled in "
+                    f"{precompile(name, ctx, batch, tunings, args.compile_workers):.0f}s")  # fmt: skip
             started = time.time()
             for tuning in tunings:
                 if time.time() - started > args.sweep_budget_s:
