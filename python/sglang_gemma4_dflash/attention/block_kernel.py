@@ -59,15 +59,13 @@ def default_tuning(head_dim: int, batch: int) -> Tuning:
 
 
 @triton.jit
-def _split_plan(
-    ctx_len, WINDOW: tl.constexpr, NUM_SPLITS: tl.constexpr, MIN_SPLIT: tl.constexpr, BLOCK_N: tl.constexpr
-):
+def _split_plan(ctx_len, num_splits, WINDOW: tl.constexpr, MIN_SPLIT: tl.constexpr, BLOCK_N: tl.constexpr):
     """(first visible context token, tokens per split, splits used) of one request; both passes call it."""
     lo = 0
     if WINDOW >= 0:
         lo = tl.maximum(ctx_len - WINDOW, 0)
     span = ctx_len - lo
-    used = tl.minimum(tl.maximum((span + MIN_SPLIT - 1) // MIN_SPLIT, 1), NUM_SPLITS)
+    used = tl.minimum(tl.maximum((span + MIN_SPLIT - 1) // MIN_SPLIT, 1), num_splits)
     per_split = ((span + used - 1) // used + BLOCK_N - 1) // BLOCK_N * BLOCK_N
     used = tl.maximum((span + per_split - 1) // tl.maximum(per_split, 1), 1)
     return lo, per_split, used
@@ -86,7 +84,7 @@ def _online_softmax_step(qk, visible, m_i, l_i, acc, v):
     return m_new, l_i, acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])  # one compile for every batch size of a CUDA-graph capture
 def _block_attn_fwd(
     Q,
     K_ext,
@@ -101,6 +99,7 @@ def _block_attn_fwd(
     kv_indices,
     qk_scale,  # sm_scale * k_scale * log2(e)
     v_scale,
+    num_splits,  # the launch's static split count (its grid's last dimension)
     stride_qt,
     stride_qh,
     stride_kt,
@@ -123,7 +122,6 @@ def _block_attn_fwd(
     BLOCK_Q: tl.constexpr,  # >= block tokens per request, >= 16
     M_TILE: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
     MIN_SPLIT: tl.constexpr,
     WINDOW: tl.constexpr,
     CAUSAL: tl.constexpr,
@@ -139,7 +137,7 @@ def _block_attn_fwd(
     n_q = tl.load(qo_indptr + req + 1) - q_start
     kv_start = tl.load(kv_indptr + req)
     ctx_len = tl.load(kv_indptr + req + 1) - kv_start
-    lo, per_split, used = _split_plan(ctx_len, WINDOW, NUM_SPLITS, MIN_SPLIT, BLOCK_N)
+    lo, per_split, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
     if split >= used or chunk * M_TILE >= n_q * G:
         return
 
@@ -214,8 +212,8 @@ def _block_attn_fwd(
             mask=row_ok[:, None] & dv_ok[None, :],
         )
     else:
-        # Mid_O [B, Hkv, NUM_SPLITS, rows, BLOCK_DV * DV_PARTS], Mid_LSE [B, Hkv, NUM_SPLITS, rows]; rows = G * BLOCK_Q
-        base = (tl.program_id(1) * NUM_SPLITS + split).to(tl.int64) * (G * BLOCK_Q)
+        # Mid_O [B, Hkv, num_splits, rows, BLOCK_DV * DV_PARTS], Mid_LSE [B, Hkv, num_splits, rows]; rows = G * BLOCK_Q
+        base = (tl.program_id(1) * num_splits + split).to(tl.int64) * (G * BLOCK_Q)
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(tl.where(l_i == 0.0, 1.0, l_i)))
         out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         width = BLOCK_DV * DV_PARTS
@@ -223,7 +221,7 @@ def _block_attn_fwd(
         tl.store(Mid_LSE + base + rows, lse, mask=row_ok & (dv_part == 0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def _block_attn_reduce(
     O,
     Mid_O,
@@ -231,6 +229,7 @@ def _block_attn_reduce(
     qo_indptr,
     kv_indptr,
     v_scale,
+    num_splits,
     stride_ot,
     stride_oh,
     NUM_KV_HEADS: tl.constexpr,
@@ -239,7 +238,6 @@ def _block_attn_reduce(
     BLOCK_DV: tl.constexpr,
     BLOCK_Q: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
     MIN_SPLIT: tl.constexpr,
     WINDOW: tl.constexpr,
 ):
@@ -250,14 +248,14 @@ def _block_attn_reduce(
     if pos >= tl.load(qo_indptr + req + 1) - q_start:
         return
     ctx_len = tl.load(kv_indptr + req + 1) - tl.load(kv_indptr + req)
-    _, _, used = _split_plan(ctx_len, WINDOW, NUM_SPLITS, MIN_SPLIT, BLOCK_N)
+    _, _, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
     if used == 1:  # the first pass wrote this request's output
         return
 
     kv_head = q_head // G
     row = pos * G + q_head % G
     offs_dv = tl.arange(0, BLOCK_DV)
-    base = (req * NUM_KV_HEADS + kv_head).to(tl.int64) * NUM_SPLITS * (G * BLOCK_Q) + row
+    base = (req * NUM_KV_HEADS + kv_head).to(tl.int64) * num_splits * (G * BLOCK_Q) + row
     m = float("-inf")
     total = 0.0
     acc = tl.zeros([BLOCK_DV], tl.float32)
@@ -345,7 +343,6 @@ def block_attention(
         G=group,
         BLOCK_Q=block_q,
         BLOCK_N=tuning.block_n,
-        NUM_SPLITS=n_splits,
         MIN_SPLIT=tuning.min_split,
         WINDOW=int(window),
     )
@@ -363,6 +360,7 @@ def block_attention(
         kv_indices,
         float(sm_scale) * float(k_scale) * LOG2E,
         float(v_scale),
+        n_splits,
         q.stride(0),
         q.stride(1),
         k_ext.stride(0),
@@ -395,6 +393,7 @@ def block_attention(
             qo_indptr,
             kv_indptr,
             float(v_scale),
+            n_splits,
             o.stride(0),
             o.stride(1),
             DV=v_dim,
