@@ -86,6 +86,18 @@ def test_value_dim_split_across_programs(dv_parts, splits):
     assert err < (1e-5 if DEVICE == "cpu" else 5e-3)
 
 
+@pytest.mark.parametrize("name", ["global-k=v-512", "sliding-256-window-lists", "ragged-blocks", "no-group"])
+@pytest.mark.parametrize("d_chunk", [16, 64])
+def test_scores_over_head_dim_slices(name, d_chunk):
+    """Scores summed over head-dim slices (``Tuning.d_chunk``; head dims 48-512, one slice or many, a partial
+    last slice at 48) give the reference output, in the context loop and the block's own tokens."""
+    ctx, blocks, kwargs = CASES[name]
+    case = make_case(ctx, blocks, device=DEVICE, seed=d_chunk, **kwargs)
+    tuning = block_kernel.Tuning(min_split=16, block_n=16, d_chunk=d_chunk, dv_parts=2)
+    err = rel_err(run_kernel(case, splits=2, tuning=tuning), reference(case))
+    assert err < (1e-5 if DEVICE == "cpu" else 5e-3), f"{name}, slices of {d_chunk}: relative error {err:.2e}"
+
+
 def test_scales_and_default_tuning():
     case = make_case([100, 3], [16, 16], num_heads=4, num_kv_heads=2, head_dim=64, device=DEVICE, seed=7)
     out = torch.empty_like(case.q)

@@ -176,6 +176,7 @@ SWEEP_GRID = {  # option -> Tuning field; each option is a comma list
     "dv_parts": "dv_parts",
     "min_splits": "min_split",
     "programs_per_sm": "programs_per_sm",
+    "d_chunks": "d_chunk",
 }
 
 
@@ -226,6 +227,7 @@ def main() -> None:
     ap.add_argument("--sweep-dv-parts", default="1", help="value-dim slices per row tile, e.g. 1,2,4")
     ap.add_argument("--sweep-min-splits", default="256")
     ap.add_argument("--sweep-programs-per-sm", default="2")
+    ap.add_argument("--sweep-d-chunks", default="0", help="head-dim slices of the scores (0: whole), e.g. 0,64,128")
     ap.add_argument("--budget-s", type=float, default=300.0, help="no new row starts after this many seconds")
     ap.add_argument("--sweep-budget-s", type=float, default=150.0, help="the same for each sweep point")
     ap.add_argument(

@@ -41,6 +41,7 @@ class Tuning:
     num_warps: int = 4
     num_stages: int = 2
     dv_parts: int = 1  # programs sharing one row tile, each with a slice of the value dim (smaller accumulators)
+    d_chunk: int = 0  # >0: scores summed over head-dim slices this wide (smaller key tiles); 0: the whole head dim
 
 
 def default_tuning(head_dim: int, batch: int) -> Tuning:
@@ -69,6 +70,34 @@ def _split_plan(ctx_len, num_splits, WINDOW: tl.constexpr, MIN_SPLIT: tl.constex
     per_split = ((span + used - 1) // used + BLOCK_N - 1) // BLOCK_N * BLOCK_N
     used = tl.maximum((span + per_split - 1) // tl.maximum(per_split, 1), 1)
     return lo, per_split, used
+
+
+@triton.jit
+def _scores(
+    q,
+    q_rows,
+    k_cols,
+    q_ok,
+    k_ok,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DC: tl.constexpr,
+    M_TILE: tl.constexpr,
+    N: tl.constexpr,
+):
+    """q . k for a [M_TILE, N] tile; ``q_rows`` / ``k_cols`` point at each row's / key's first element. With
+    ``BLOCK_DC < BLOCK_D`` the head dim goes in slices, q's slices read again (``q`` is then unused)."""
+    if BLOCK_DC == BLOCK_D:
+        offs = tl.arange(0, BLOCK_D)
+        k = tl.load(k_cols + offs[:, None], mask=k_ok[None, :] & (offs < D)[:, None], other=0.0)
+        return tl.dot(q, k.to(q.dtype))
+    scores = tl.zeros([M_TILE, N], tl.float32)
+    for c in tl.static_range(BLOCK_D // BLOCK_DC):
+        offs = c * BLOCK_DC + tl.arange(0, BLOCK_DC)
+        qc = tl.load(q_rows + offs[None, :], mask=q_ok[:, None] & (offs < D)[None, :], other=0.0)
+        kc = tl.load(k_cols + offs[:, None], mask=k_ok[None, :] & (offs < D)[:, None], other=0.0)
+        scores += tl.dot(qc, kc.to(qc.dtype))
+    return scores
 
 
 @triton.jit
@@ -117,6 +146,7 @@ def _block_attn_fwd(
     D: tl.constexpr,
     DV: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    BLOCK_DC: tl.constexpr,  # head-dim slice of the scores (== BLOCK_D: no slicing)
     BLOCK_DV: tl.constexpr,  # the value columns of one program: next_pow2(DV) / DV_PARTS
     DV_PARTS: tl.constexpr,
     BLOCK_Q: tl.constexpr,  # >= block tokens per request, >= 16
@@ -150,11 +180,11 @@ def _block_attn_fwd(
     d_ok = offs_d < D
     dv_ok = offs_dv < DV
 
-    q = tl.load(
-        Q + (q_start + pos)[:, None].to(tl.int64) * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
-        mask=row_ok[:, None] & d_ok[None, :],
-        other=0.0,
-    )
+    q_rows = Q + (q_start + pos)[:, None].to(tl.int64) * stride_qt + head[:, None] * stride_qh
+    if BLOCK_DC == BLOCK_D:
+        q = tl.load(q_rows + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    else:
+        q = tl.zeros([M_TILE, 16], Q.dtype.element_ty)  # unused: the slices are read where they are needed
     m_i = tl.full([M_TILE], float("-inf"), tl.float32)
     l_i = tl.zeros([M_TILE], tl.float32)
     acc = tl.zeros([M_TILE, BLOCK_DV], tl.float32)
@@ -166,12 +196,8 @@ def _block_attn_fwd(
         offs_n = n0 + tl.arange(0, BLOCK_N)
         n_ok = offs_n < end
         slot = tl.load(kv_indices + kv_start + offs_n, mask=n_ok, other=0).to(tl.int64)
-        k = tl.load(
-            K_buf + slot[None, :] * stride_kbt + kv_head * stride_kbh + offs_d[:, None],
-            mask=n_ok[None, :] & d_ok[:, None],
-            other=0.0,
-        )
-        qk = tl.dot(q, k.to(q.dtype)) * qk_scale
+        k_cols = K_buf + slot[None, :] * stride_kbt + kv_head * stride_kbh
+        qk = _scores(q, q_rows, k_cols, row_ok, n_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_N) * qk_scale
         visible = row_ok[:, None] & n_ok[None, :]
         if WINDOW >= 0:
             visible &= (ctx_len + pos)[:, None] - offs_n[None, :] <= WINDOW
@@ -180,18 +206,14 @@ def _block_attn_fwd(
             mask=n_ok[:, None] & dv_ok[None, :],
             other=0.0,
         )
-        m_i, l_i, acc = _online_softmax_step(qk, visible, m_i, l_i, acc, v.to(q.dtype))
+        m_i, l_i, acc = _online_softmax_step(qk, visible, m_i, l_i, acc, v.to(Q.dtype.element_ty))
 
     # The block's own tokens, in the last split.
     if split == used - 1:
         offs_j = tl.arange(0, BLOCK_Q)
         j_ok = offs_j < n_q
-        k = tl.load(
-            K_ext + (q_start + offs_j)[None, :].to(tl.int64) * stride_kt + kv_head * stride_kh + offs_d[:, None],
-            mask=j_ok[None, :] & d_ok[:, None],
-            other=0.0,
-        )
-        qk = tl.dot(q, k.to(q.dtype)) * qk_scale
+        k_cols = K_ext + (q_start + offs_j)[None, :].to(tl.int64) * stride_kt + kv_head * stride_kh
+        qk = _scores(q, q_rows, k_cols, row_ok, j_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_Q) * qk_scale
         visible = row_ok[:, None] & j_ok[None, :]
         if CAUSAL:
             visible &= offs_j[None, :] <= pos[:, None]
@@ -202,7 +224,7 @@ def _block_attn_fwd(
             mask=j_ok[:, None] & dv_ok[None, :],
             other=0.0,
         )
-        m_i, l_i, acc = _online_softmax_step(qk, visible, m_i, l_i, acc, v.to(q.dtype))
+        m_i, l_i, acc = _online_softmax_step(qk, visible, m_i, l_i, acc, v.to(Q.dtype.element_ty))
 
     if DIRECT or used == 1:  # the whole context in this program: the normalised output, no merge
         out = acc * (v_scale / tl.where(l_i == 0.0, 1.0, l_i))[:, None]
@@ -328,6 +350,7 @@ def block_attention(
     block_q = max(16, triton.next_power_of_2(max_block))
     m_tile = max(16, min(tuning.m_tile, triton.next_power_of_2(group * max_block)))
     row_chunks = triton.cdiv(group * max_block, m_tile)
+    block_d = triton.next_power_of_2(head_dim)
     block_dv = triton.next_power_of_2(v_dim)
     dv_parts = min(triton.next_power_of_2(max(1, tuning.dv_parts)), max(1, block_dv // 16))
     n_splits = splits or num_splits(batch, num_kv_heads, row_chunks * dv_parts, tuning, q.device)
@@ -375,7 +398,8 @@ def block_attention(
         o.stride(1),
         D=head_dim,
         DV=v_dim,
-        BLOCK_D=triton.next_power_of_2(head_dim),
+        BLOCK_D=block_d,
+        BLOCK_DC=block_d if not 0 < tuning.d_chunk < block_d else max(16, triton.next_power_of_2(tuning.d_chunk)),
         BLOCK_DV=block_dv // dv_parts,
         DV_PARTS=dv_parts,
         M_TILE=m_tile,

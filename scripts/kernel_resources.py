@@ -1,0 +1,130 @@
+"""Compile the block-attention kernel for an H200 (sm_90a) here, without a GPU, and report what each tuning costs:
+shared memory, registers, spill stack, and whether Triton emitted Hopper's warpgroup MMA (wgmma) or mma.sync.
+
+    python scripts/kernel_resources.py --out benchmarks/sm90_block_kernel_resources.json            # the defaults
+    python scripts/kernel_resources.py --variants target-global:32,64,8,3,1,64     # m,n,warps,stages,dv_parts,d_chunk
+
+Triton's own ptxas compiles and `cuobjdump` reads the cubin, so the figures are those of the Triton that runs it:
+use the GPU machine's Triton (3.6 for SGLang 0.5.11-0.5.17: `pip install triton==3.6.0` into a bare venv). Torch is
+not needed to compile; where it is missing a placeholder module stands in while the kernel module loads.
+Layer kinds and shapes are bench_block_attention.py's (Gemma-4-31B target and z-lab's 31B draft).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import types
+
+KERNEL = os.path.join(os.path.dirname(__file__), "..", "python", "sglang_gemma4_dflash", "attention", "block_kernel.py")
+KINDS = {  # num_heads, num_kv_heads, head_dim, window, causal; the batch classes default_tuning tells apart
+    "target-sliding": (32, 16, 256, 1023, True, (1, 4)),
+    "target-global": (32, 4, 512, -1, True, (1, 16)),
+    "draft": (64, 8, 128, 2047, False, (1, 16)),
+}
+
+
+def load_kernel_module(path: str = KERNEL):
+    """block_kernel.py by path (the plugin's package imports SGLang-facing modules this tool does not need)."""
+    if "torch" not in sys.modules:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            sys.modules["torch"] = types.ModuleType("torch")  # the kernels need Triton only
+    spec = importlib.util.spec_from_file_location("block_kernel_for_resources", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def compile_fwd(bk, kind: str, tuning) -> dict:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    heads, kv_heads, d, window, causal, _ = KINDS[kind]
+    fn = bk._block_attn_fwd
+    sig = {p.name: "i32" for p in fn.params if not p.is_constexpr}
+    sig.update({n: "*bf16" for n in ("Q", "K_ext", "V_ext", "K_buf", "V_buf", "O")})
+    sig.update({"Mid_O": "*fp32", "Mid_LSE": "*fp32", "qo_indptr": "*i32", "kv_indptr": "*i32", "kv_indices": "*i32"})
+    sig.update({"qk_scale": "fp32", "v_scale": "fp32"})
+    group = heads // kv_heads
+    m_tile = max(16, min(tuning.m_tile, triton.next_power_of_2(group * 16)))
+    constants = dict(
+        NUM_KV_HEADS=kv_heads, G=group, D=d, DV=d, BLOCK_D=d, BLOCK_DC=tuning.d_chunk if 0 < tuning.d_chunk < d else d,
+        BLOCK_DV=d // tuning.dv_parts, DV_PARTS=tuning.dv_parts,
+        BLOCK_Q=16, M_TILE=m_tile, BLOCK_N=tuning.block_n, MIN_SPLIT=tuning.min_split, WINDOW=window, CAUSAL=causal,
+        DIRECT=False,
+    )  # fmt: skip
+    sig.update({name: "constexpr" for name in constants})
+    options = dict(num_warps=tuning.num_warps, num_stages=tuning.num_stages)
+    compiled = triton.compile(ASTSource(fn, sig, constants), target=GPUTarget("cuda", 90, 32), options=options)
+    usage = _resource_usage(compiled.asm["cubin"], os.path.dirname(triton.__file__))
+    ptx = compiled.asm["ptx"]
+    return {
+        "kind": kind,
+        **{k: getattr(tuning, k) for k in ("m_tile", "block_n", "num_warps", "num_stages", "dv_parts", "d_chunk")},
+        "rows_per_program": m_tile,
+        "shared_bytes": compiled.metadata.shared,
+        "registers": usage.get("REG"),
+        "stack_bytes": usage.get("STACK"),
+        "mma": "wgmma" if "wgmma" in ptx else ("mma.sync" if "mma.sync" in ptx else "none"),
+    }
+
+
+def _resource_usage(cubin: bytes, triton_dir: str) -> dict:
+    tool = os.path.join(triton_dir, "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        text = subprocess.run([tool, "--dump-resource-usage", path], capture_output=True, text=True, check=True).stdout
+    line = next(line for line in text.splitlines() if "REG:" in line)
+    return {k: int(v) for k, v in (item.split(":") for item in line.split() if ":" in item and item[0].isupper())}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", help="write the rows as JSON here")
+    ap.add_argument("--kernel", default=KERNEL, help="another copy of block_kernel.py (an experiment)")
+    ap.add_argument("--kind", choices=sorted(KINDS), help="the layer kind of variants given without one")
+    ap.add_argument(
+        "--variants", nargs="*", default=[], help="[KIND:]m_tile,block_n,num_warps,num_stages,dv_parts[,d_chunk]"
+    )
+    ap.add_argument("--with-defaults", action="store_true", help="the default tunings too, when variants are given")
+    args = ap.parse_args()
+    import triton
+
+    bk = load_kernel_module(args.kernel)
+    jobs = []
+    if not args.variants or args.with_defaults:
+        for kind, (*_, d, _w, _c, batches) in KINDS.items():
+            jobs += [(kind, f"default at batch {b}", bk.default_tuning(d, b)) for b in batches]
+    for v in args.variants:
+        kind, _, fields = v.rpartition(":")
+        kind = kind or args.kind
+        if kind not in KINDS:
+            ap.error(f"variant {v!r}: name its kind (--kind, or KIND:fields) from {sorted(KINDS)}")
+        m, n, w, s, p, *c = map(int, fields.split(","))
+        tuning = bk.Tuning(m_tile=m, block_n=n, num_warps=w, num_stages=s, dv_parts=p, d_chunk=c[0] if c else 0)
+        jobs.append((kind, "variant", tuning))
+    rows = []
+    for kind, label, tuning in jobs:
+        row = {"what": label, **compile_fwd(bk, kind, tuning)}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(
+                {"target": "sm_90a (H200), compiled here", "triton": triton.__version__, "rows": rows}, f, indent=1
+            )
+
+
+if __name__ == "__main__":
+    main()
