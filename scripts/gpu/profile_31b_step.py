@@ -347,6 +347,12 @@ def main() -> None:
         help="skip cells whose prompt_len x batch exceeds this (and the server's KV pool)",
     )
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument(
+        "--server-args",
+        default="",
+        help="more server flags, one string (e.g. '--swa-full-tokens-ratio 0.1': the sliding layers' pool is 0.8 of "
+        "the full one by default, 52 of the 58 GB of KV at 31B shapes, so 8192 x 16 does not fit)",
+    )
     parser.add_argument("--bandwidth-tbs", type=float, default=4.3, help="measured copy bandwidth, for the ideal")
     parser.add_argument("--trace-dir", help="copy the batch-1 trace of each mode here (gzipped)")
     parser.add_argument(
@@ -376,6 +382,7 @@ def main() -> None:
         "prompt_lens": prompt_lens,
         "context_length": context,
         "steps_profiled": args.steps,
+        "extra_server_args": args.server_args,
         "categories": CATEGORIES,
         "bandwidth_tbs": args.bandwidth_tbs,
         "draft_bytes": DRAFT_BYTES,
@@ -408,7 +415,7 @@ def main() -> None:
         try:
             with e2e.Server(
                 paths["target"],
-                bench.server_args(tiny["target_mm"], max(batches), False, context) + extra,
+                bench.server_args(tiny["target_mm"], max(batches), False, context) + extra + args.server_args.split(),
                 env=env,
                 ready_timeout=480,
                 log_path=os.path.join(out_dir, f"profile-{mode}.log"),
