@@ -30,8 +30,7 @@ import pytest
 import torch
 from sglang_gemma4_dflash_testkit import multiproc
 from sglang_gemma4_dflash_testkit import sglang_cpu as _sglang_cpu
-
-DP_ARGS = {"dp_size": 2, "enable_dp_attention": True, "enable_dp_lm_head": True}
+from sglang_gemma4_dflash_testkit.dp_head_case import DP_ARGS, VOCAB, H, dp_inputs
 
 pytestmark = pytest.mark.skipif(
     _sglang_cpu.cuda_engine_active(),
@@ -147,19 +146,6 @@ def test_the_install_check_names_each_planted_fault(plant, named):
 
 
 # --------------------------------------------------------------------------- 4 real processes, TP 4 / DP 2
-
-H, VOCAB = 8, 1001
-
-
-def dp_inputs(dp_rank: int):
-    """The tied head's weight (the same on every rank, a tie across the attention-TP slice boundary planted) and
-    DP group ``dp_rank``'s rows: 3 + 2 * dp_rank of them, so a collective across the groups would pair unequal calls."""
-    weight = torch.randint(-2, 3, (VOCAB, H), generator=torch.Generator().manual_seed(0)).float()
-    weight[VOCAB // 2 - 1, 0] = weight[VOCAB // 2, 0] = 9.0
-    hidden = torch.randint(-2, 3, (3 + 2 * dp_rank, H), generator=torch.Generator().manual_seed(1 + dp_rank)).float()
-    hidden[0] = 0.0
-    hidden[0, 0] = 1.0  # the tie: the lower id wins
-    return weight, hidden
 
 
 def _rank(rank: int, world: int) -> dict:

@@ -13,24 +13,11 @@ import pytest
 import torch
 from sglang_gemma4_dflash_testkit import multiproc
 from sglang_gemma4_dflash_testkit import sglang_cpu as _sglang_cpu
-
-H, VOCAB = 8, 1001
-DP_ARGS = {"dp_size": 2, "enable_dp_attention": True, "enable_dp_lm_head": True}
+from sglang_gemma4_dflash_testkit.dp_head_case import DP_ARGS, VOCAB, H, dp_inputs
 
 pytestmark = pytest.mark.skipif(
     _sglang_cpu.cuda_engine_active(), reason="gloo CPU process tests; this machine drives SGLang's CUDA engine"
 )
-
-
-def dp_inputs(dp_rank: int):
-    """Integer weight with a planted tie across the attention-TP slice boundary; DP group d has 3 + 2d rows."""
-    gen = torch.Generator().manual_seed(0)
-    weight = torch.randint(-2, 3, (VOCAB, H), generator=gen).float()
-    weight[VOCAB // 2 - 1, 0] = weight[VOCAB // 2, 0] = 9.0
-    hidden = torch.randint(-2, 3, (3 + 2 * dp_rank, H), generator=torch.Generator().manual_seed(1 + dp_rank)).float()
-    hidden[0] = 0.0
-    hidden[0, 0] = 1.0  # the tie: the lower id wins
-    return weight, hidden
 
 
 def _rank(rank: int, world: int) -> dict:
