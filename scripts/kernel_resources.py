@@ -54,14 +54,7 @@ def compile_fwd(bk, kind: str, tuning) -> dict:
     sig.update({n: "*bf16" for n in ("Q", "K_ext", "V_ext", "K_buf", "V_buf", "O")})
     sig.update({"Mid_O": "*fp32", "Mid_LSE": "*fp32", "qo_indptr": "*i32", "kv_indptr": "*i32", "kv_indices": "*i32"})
     sig.update({"qk_scale": "fp32", "v_scale": "fp32"})
-    group = heads // kv_heads
-    m_tile = max(16, min(tuning.m_tile, triton.next_power_of_2(group * 16)))
-    constants = dict(
-        NUM_KV_HEADS=kv_heads, G=group, D=d, DV=d, BLOCK_D=d, BLOCK_DC=tuning.d_chunk if 0 < tuning.d_chunk < d else d,
-        BLOCK_DV=d // tuning.dv_parts, DV_PARTS=tuning.dv_parts,
-        BLOCK_Q=16, M_TILE=m_tile, BLOCK_N=tuning.block_n, MIN_SPLIT=tuning.min_split, WINDOW=window, CAUSAL=causal,
-        DIRECT=False,
-    )  # fmt: skip
+    constants = dict(bk.fwd_constants(heads, kv_heads, d, d, 16, tuning, window, causal), DIRECT=False)
     sig.update({name: "constexpr" for name in constants})
     options = dict(num_warps=tuning.num_warps, num_stages=tuning.num_stages)
     compiled = triton.compile(ASTSource(fn, sig, constants), target=GPUTarget("cuda", 90, 32), options=options)
@@ -70,7 +63,7 @@ def compile_fwd(bk, kind: str, tuning) -> dict:
     return {
         "kind": kind,
         **{k: getattr(tuning, k) for k in ("m_tile", "block_n", "num_warps", "num_stages", "dv_parts", "d_chunk")},
-        "rows_per_program": m_tile,
+        "rows_per_program": constants["M_TILE"],
         "shared_bytes": compiled.metadata.shared,
         "registers": usage.get("REG"),
         "stack_bytes": usage.get("STACK"),

@@ -314,6 +314,38 @@ def num_splits(batch: int, num_kv_heads: int, row_chunks: int, tuning: Tuning, d
     return max(1, min(tuning.max_splits, triton.cdiv(programs, per_split)))
 
 
+def fwd_constants(
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    v_dim: int,
+    max_block: int,
+    tuning: Tuning,
+    window: int,
+    causal: bool,
+) -> dict:
+    """The first pass's compile-time constants for a layer's shapes and a tuning (all but ``DIRECT``)."""
+    group = num_heads // num_kv_heads
+    block_d, block_dv = triton.next_power_of_2(head_dim), triton.next_power_of_2(v_dim)
+    dv_parts = min(triton.next_power_of_2(max(1, tuning.dv_parts)), max(1, block_dv // 16))
+    return dict(
+        NUM_KV_HEADS=num_kv_heads,
+        G=group,
+        D=head_dim,
+        DV=v_dim,
+        BLOCK_D=block_d,
+        BLOCK_DC=block_d if not 0 < tuning.d_chunk < block_d else max(16, triton.next_power_of_2(tuning.d_chunk)),
+        BLOCK_DV=block_dv // dv_parts,
+        DV_PARTS=dv_parts,
+        BLOCK_Q=max(16, triton.next_power_of_2(max_block)),
+        M_TILE=max(16, min(tuning.m_tile, triton.next_power_of_2(group * max_block))),
+        BLOCK_N=tuning.block_n,
+        MIN_SPLIT=tuning.min_split,
+        WINDOW=int(window),
+        CAUSAL=bool(causal),
+    )
+
+
 def block_attention(
     q: torch.Tensor,
     k_ext: torch.Tensor,
@@ -345,30 +377,18 @@ def block_attention(
         raise ValueError(f"block_attention: max_block={max_block}, must be in [1, {MAX_BLOCK}]")
     if num_heads % num_kv_heads:
         raise ValueError(f"block_attention: {num_heads} query heads do not group over {num_kv_heads} KV heads")
-    group = num_heads // num_kv_heads
     tuning = tuning or default_tuning(head_dim, batch)
-    block_q = max(16, triton.next_power_of_2(max_block))
-    m_tile = max(16, min(tuning.m_tile, triton.next_power_of_2(group * max_block)))
-    row_chunks = triton.cdiv(group * max_block, m_tile)
-    block_d = triton.next_power_of_2(head_dim)
-    block_dv = triton.next_power_of_2(v_dim)
-    dv_parts = min(triton.next_power_of_2(max(1, tuning.dv_parts)), max(1, block_dv // 16))
+    c = fwd_constants(num_heads, num_kv_heads, head_dim, v_dim, max_block, tuning, window, causal)
+    group, dv_parts, block_dv = c["G"], c["DV_PARTS"], c["BLOCK_DV"] * c["DV_PARTS"]
+    row_chunks = triton.cdiv(group * max_block, c["M_TILE"])
     n_splits = splits or num_splits(batch, num_kv_heads, row_chunks * dv_parts, tuning, q.device)
     direct = n_splits == 1
     if direct:
         mid_o = mid_lse = o  # unused
     else:
-        rows = group * block_q
+        rows = group * c["BLOCK_Q"]
         mid_o = torch.empty((batch, num_kv_heads, n_splits, rows, block_dv), dtype=torch.float32, device=q.device)
         mid_lse = torch.empty((batch, num_kv_heads, n_splits, rows), dtype=torch.float32, device=q.device)
-    common = dict(
-        NUM_KV_HEADS=num_kv_heads,
-        G=group,
-        BLOCK_Q=block_q,
-        BLOCK_N=tuning.block_n,
-        MIN_SPLIT=tuning.min_split,
-        WINDOW=int(window),
-    )
     _block_attn_fwd[(row_chunks * dv_parts, batch * num_kv_heads, n_splits)](
         q,
         k_ext,
@@ -396,18 +416,10 @@ def block_attention(
         v_buffer.stride(1),
         o.stride(0),
         o.stride(1),
-        D=head_dim,
-        DV=v_dim,
-        BLOCK_D=block_d,
-        BLOCK_DC=block_d if not 0 < tuning.d_chunk < block_d else max(16, triton.next_power_of_2(tuning.d_chunk)),
-        BLOCK_DV=block_dv // dv_parts,
-        DV_PARTS=dv_parts,
-        M_TILE=m_tile,
-        CAUSAL=bool(causal),
         DIRECT=direct,
         num_warps=tuning.num_warps,
         num_stages=tuning.num_stages,
-        **common,
+        **c,
     )
     if not direct:
         _block_attn_reduce[(batch, num_heads, max_block)](
@@ -420,9 +432,14 @@ def block_attention(
             n_splits,
             o.stride(0),
             o.stride(1),
+            NUM_KV_HEADS=num_kv_heads,
+            G=group,
             DV=v_dim,
             BLOCK_DV=block_dv,
+            BLOCK_Q=c["BLOCK_Q"],
+            BLOCK_N=c["BLOCK_N"],
+            MIN_SPLIT=c["MIN_SPLIT"],
+            WINDOW=c["WINDOW"],
             num_warps=4 if block_dv >= 256 else 2,
-            **common,
         )
     return o
