@@ -98,6 +98,28 @@ def test_scores_over_head_dim_slices(name, d_chunk):
     assert err < (1e-5 if DEVICE == "cpu" else 5e-3), f"{name}, slices of {d_chunk}: relative error {err:.2e}"
 
 
+DEFAULT_TUNING_CASES = {
+    # name: (head dim, batch the tuning is picked for, make_case kwargs); each default of `default_tuning`
+    "global-b1": (512, 1, dict(num_heads=8, num_kv_heads=1, k_eq_v=True)),
+    "global-b4": (512, 4, dict(num_heads=8, num_kv_heads=1, k_eq_v=True)),
+    "global-b16": (512, 16, dict(num_heads=8, num_kv_heads=1, k_eq_v=True)),
+    "sliding-b1": (256, 1, dict(num_heads=4, num_kv_heads=2, window=24)),
+    "sliding-b4": (256, 4, dict(num_heads=4, num_kv_heads=2, window=24)),
+    "draft-b4": (128, 4, dict(num_heads=8, num_kv_heads=1, causal=False)),
+    "draft-b16": (128, 16, dict(num_heads=8, num_kv_heads=1, causal=False)),
+}
+
+
+@pytest.mark.parametrize("name", list(DEFAULT_TUNING_CASES))
+def test_default_tunings_match_reference(name):
+    """Every tiling `default_tuning` hands out (row tiles, key tiles, value parts, score slices) at its head dim."""
+    head_dim, batch, kwargs = DEFAULT_TUNING_CASES[name]
+    tuning = block_kernel.default_tuning(head_dim, batch)
+    case = make_case([90, 0, 41], [16, 16, 9], head_dim=head_dim, device=DEVICE, seed=head_dim + batch, **kwargs)
+    err = rel_err(run_kernel(case, splits=2, tuning=tuning), reference(case))
+    assert err < (1e-5 if DEVICE == "cpu" else 5e-3), f"{name} {tuning}: relative error {err:.2e}"
+
+
 def test_scales_and_default_tuning():
     case = make_case([100, 3], [16, 16], num_heads=4, num_kv_heads=2, head_dim=64, device=DEVICE, seed=7)
     out = torch.empty_like(case.q)

@@ -155,17 +155,20 @@ def copy_bandwidth() -> float:
     return 2 * x.numel() / (ms * 1e-3)
 
 
+def rel_error(make, case, ref: torch.Tensor) -> float:
+    """One run of ``make(case)``: its output's relative error against the fp32 reference ``ref``."""
+    fn, o = make(case)
+    fn()
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+    assert not torch.isnan(o).any(), "an output element was left NaN"
+    return ((o.float() - ref).norm() / ref.norm()).item()
+
+
 def errors(kind: dict, ctx: int, batch: int) -> dict:
     case = build(kind, ctx, batch, seed=123)
     ref = reference(case)
-    out = {}
-    for name, make in (("plugin", ours), ("sglang_extend", sglang_extend)):
-        fn, o = make(case)
-        fn()
-        torch.cuda.synchronize()
-        out[name] = ((o.float() - ref).norm() / ref.norm()).item()
-        assert not torch.isnan(o).any(), f"{name} left NaN in the output"
-    return out
+    return {name: rel_error(make, case, ref) for name, make in (("plugin", ours), ("sglang_extend", sglang_extend))}
 
 
 SWEEP_GRID = {  # option -> Tuning field; each option is a comma list
@@ -296,17 +299,21 @@ def main() -> None:
             if args.compile_workers > 0:
                 log(f"sweep {name} ctx={ctx} batch={batch}: {len(tunings)} variants compiled in "
                     f"{precompile(name, ctx, batch, tunings, args.compile_workers):.0f}s")  # fmt: skip
+            check = build(KINDS[name], ctx, batch, seed=123)  # each variant's error at the point's shapes
+            check_ref = reference(check)
             started = time.time()
             for tuning in tunings:
                 if time.time() - started > args.sweep_budget_s:
                     log(f"sweep {name} ctx={ctx} batch={batch}: budget spent, {tuning} and later not timed")
                     break
+                ms = err = None
                 try:
                     ms = timed(lambda c, t=tuning: ours(c, t), name, ctx, batch)
+                    err = rel_error(lambda c, t=tuning: ours(c, t), check, check_ref)
                 except Exception as e:  # a variant that does not compile (shared memory) is recorded, not fatal
-                    ms = None
                     log(f"sweep {name} {tuning}: {type(e).__name__}: {str(e)[:120]}")
-                result["sweep"].append({"kind": name, "context": ctx, "batch": batch, "ms": ms, **vars(tuning)})
+                row = {"kind": name, "context": ctx, "batch": batch, "ms": ms, "rel_err": err, **vars(tuning)}
+                result["sweep"].append(row)
             done = [
                 r for r in result["sweep"] if (r["kind"], r["context"], r["batch"]) == (name, ctx, batch) and r["ms"]
             ]

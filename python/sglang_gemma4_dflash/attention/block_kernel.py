@@ -45,14 +45,16 @@ class Tuning:
 
 
 def default_tuning(head_dim: int, batch: int) -> Tuning:
-    """Picked from sweeps on one H200 at Gemma-4-31B shapes (docs/gpu_runs.md section 9)."""
+    """Picked from sweeps on one H200 at Gemma-4-31B shapes (docs/gpu_runs.md sections 9 and 11)."""
     if head_dim >= 512:  # the target's global layers
-        if batch >= 8:
-            return Tuning(m_tile=64, block_n=32, num_warps=8, num_stages=3)
+        if batch >= 8:  # row tile 64 + value halves + 64-wide score slices: wgmma, no register spills
+            return Tuning(m_tile=64, block_n=16, num_warps=4, num_stages=3, dv_parts=2, d_chunk=64)
+        if batch > 1:
+            return Tuning(m_tile=64, block_n=32, num_warps=4, num_stages=3, dv_parts=2, d_chunk=64)
         return Tuning(m_tile=32, block_n=64, num_warps=8, num_stages=3)
     if head_dim >= 256:  # the target's sliding layers
         if batch == 1:  # few programs: smaller row tiles give more of them
-            return Tuning(m_tile=16, block_n=64, num_warps=8, num_stages=3)
+            return Tuning(m_tile=16, block_n=64, num_warps=8, num_stages=3, d_chunk=128)
         return Tuning(m_tile=32, block_n=64, num_warps=4, num_stages=3)
     if batch > 4:  # the draft
         return Tuning(m_tile=64, block_n=64, num_warps=4, num_stages=3)
