@@ -122,7 +122,12 @@ def test_the_plugin_installs_cleanly_beside_dp_dflash_and_pd_disaggregation():
     out, log = check("none")
     assert out["problems"] == []
     assert out["worker"] == "sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2"
-    assert out["checked"] == ["__init__", "_greedy_sample_from_vocab_parallel_head", "_maybe_build_draft_sampler"]
+    assert out["checked"] == [
+        "__init__",
+        "_greedy_sample_from_vocab_parallel_head",
+        "_maybe_build_draft_sampler",
+        "init_cuda_graphs",
+    ]
     assert out["functions"] == ["gather_draft_embedding", "build_dflash_disagg_draft_input"]
     assert not [x for x in log.splitlines() if "sglang-gemma4-dflash on speculative.dflash_d" in x]
 

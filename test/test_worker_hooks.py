@@ -242,6 +242,52 @@ def test_init_hook_logs_one_line_saying_which_pieces_run(gemma4, tiny_dirs, tmp_
     assert "draft head: the plugin's split head in the draft CUDA graph over 1 rank(s)" in lines[1]
 
 
+class _UpstreamSampler:
+    """Stands for upstream's in-graph draft sampler (what 0.5.16 builds at TP=1)."""
+
+
+class _V2Worker(_InitSignature):
+    """The v2 order (0.5.14+): the worker is built first; the target's capture ids are set later (the target's
+    ``init_attention_backends``) and the draft's graph sampler later still (the worker's ``init_cuda_graphs``)."""
+
+    def __init__(
+        self, server_args, gpu_id, tp_rank, dp_rank, moe_ep_rank, attn_cp_rank, moe_dp_rank, nccl_port, target_worker
+    ):
+        self._target_worker = target_worker
+
+    def init_cuda_graphs(self):
+        self._draft_sampler = _UpstreamSampler()
+
+
+def test_v2_worker_logs_its_line_once_capture_and_sampler_are_set(gemma4, tiny_dirs, tmp_path, caplog, monkeypatch):
+    """On 0.5.16 the line, logged when the worker was built, said "capture of layers []" and "the plugin's exact
+    head, eager" while upstream's in-graph sampler ran (H200 run of 2026-12-03): it is logged after the graphs."""
+    from sglang_gemma4_dflash import compat
+
+    draft = _fitting_draft(gemma4, tiny_dirs, tmp_path)
+    monkeypatch.setattr(compat, "hook_in_place", lambda target, impl: target.endswith("_V2Worker.init_cuda_graphs"))
+    monkeypatch.setattr(gemma4.model, "layers_to_capture", [])  # not yet set when the v2 worker is built
+
+    def messages():
+        return [r.getMessage() for r in caplog.records if "start-up checks passed" in r.getMessage()]
+
+    with caplog.at_level(logging.INFO, logger="sglang_gemma4_dflash"):
+        worker = _init_with_draft(gemma4, draft, init=_V2Worker)
+        assert messages() == []
+        gemma4.model.layers_to_capture = [2, 4]  # the target's init_attention_backends (ids 1 and 3)
+        worker_hooks.report_after_graphs(_V2Worker.init_cuda_graphs, worker)
+    (line,) = messages()
+    assert "capture of layers [1, 3]" in line and f"draft {draft}" in line
+    assert line.endswith("draft head: upstream's _UpstreamSampler in the draft CUDA graph")
+
+
+def test_v2_report_hook_leaves_other_targets_alone(caplog):
+    worker = _V2Worker.__new__(_V2Worker)  # built for a target that is not Gemma 4: the init hook stored nothing
+    with caplog.at_level(logging.INFO, logger="sglang_gemma4_dflash"):
+        worker_hooks.report_after_graphs(_V2Worker.init_cuda_graphs, worker)
+    assert isinstance(worker._draft_sampler, _UpstreamSampler) and not caplog.records
+
+
 def test_eager_head_hook_works_out_the_group_and_layout_once_per_worker_and_head(gemma4, monkeypatch):
     from sglang_gemma4_dflash import compat
 

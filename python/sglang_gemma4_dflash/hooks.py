@@ -182,6 +182,16 @@ def plan(features: SGLangFeatures) -> tuple[list[Change], list[Upstream]]:
                 )
             )
         if worker.kind == "v2":
+            changes.append(
+                Change(
+                    f"{worker.path}.init_cuda_graphs",
+                    AROUND,
+                    worker_hooks.report_after_graphs,
+                    "v2 sets the target's capture ids and builds the draft's graph sampler after the worker is "
+                    "built: the line saying which of the plugin's pieces run is logged once they are set",
+                    f"report {name}",
+                )
+            )
             left.append(Upstream(f"{name} (draft model, KV, verification)", "works for Gemma 4 as is"))
     if features.candidate_step:  # DFlash2 drafts (0.5.19+); never required: plain DFlash drafts run without it
         changes.append(

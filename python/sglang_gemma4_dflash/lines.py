@@ -43,7 +43,10 @@ class Line:
 
 _CAPTURE = ("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration")
 _BLOCK = ("around TritonAttnBackend.__init__", "around TritonAttnBackend.forward_extend")
+_V2_CAPTURE = tuple(f"around {c}.set_dflash_layers_to_capture" for c in _CAPTURE)
 _V2 = ("around DFlashWorkerV2.__init__", "around DFlashWorkerV2._greedy_sample_from_vocab_parallel_head")
+_GRAPH = ("around DFlashWorkerV2._maybe_build_draft_sampler",)
+_REPORT = ("around DFlashWorkerV2.init_cuda_graphs",)  # the worker's INFO line, once v2 has set capture and sampler
 
 V1 = Installs(
     "v1",
@@ -62,20 +65,20 @@ V2_EAGER = Installs(
     "v2",
     "checks the capture ids, then upstream's capture runs; hooks DFlashWorkerV2 (start-up checks, the split exact "
     "head, eager: SGLang has no draft-graph sampler on this line); block-attention kernel",
-    tuple(f"around {c}.set_dflash_layers_to_capture" for c in _CAPTURE) + _V2 + _BLOCK,
+    _V2_CAPTURE + _V2 + _REPORT + _BLOCK,
 )
 V2_GRAPH = Installs(
     "v2+graph",
     "checks the capture ids, then upstream's capture runs; hooks DFlashWorkerV2 (start-up checks, the split exact "
     "head, eager and, at TP>1 where SGLang keeps Gemma 4's tied head out of the draft CUDA graph, in that graph); "
     "block-attention kernel",
-    V2_EAGER.changes[:4] + ("around DFlashWorkerV2._maybe_build_draft_sampler",) + _BLOCK,
+    _V2_CAPTURE + _V2 + _GRAPH + _REPORT + _BLOCK,
 )
 V2_DFLASH2 = Installs(
     "v2+dflash2",
     "as v2+graph, and DFlash2 drafts' candidate step on Gemma 4's tied head (exact top-k split over the TP ranks; "
     "SGLang's step raises on that head)",
-    V2_GRAPH.changes[:5] + ("around DFlash2DraftModel.compute_candidates",) + _BLOCK,
+    _V2_CAPTURE + _V2 + _GRAPH + _REPORT + ("around DFlash2DraftModel.compute_candidates",) + _BLOCK,
 )
 
 _GPU_0513 = (
@@ -84,7 +87,7 @@ _GPU_0513 = (
 )
 _GPU_0516 = (
     "TP=1, tiny checkpoints: text and multimodal DFLASH token-identical to plain greedy, with and without the "
-    "plugin; accept length 8.00 of 8"
+    "plugin, block attention on and off; accept length 8.00 of 8"
 )
 _GPU_0517 = (
     "TP=1, tiny checkpoints, block attention on: text and multimodal DFLASH token-identical to plain greedy "
@@ -156,9 +159,10 @@ def installs_of(changes) -> tuple[str, ...]:
 
 
 RUNS = (
-    "GPU runs: one H200, TP=1, the tiny offline checkpoints, with the plugin as it was before issue 19 (2026-12-03) "
-    "and not re-run since. 0.5.18+ pin torch >= 2.13, which the GPU machine here does not have: never run on a GPU "
-    "here. Every row's plan is checked against that line's published source (test_sglang_source_lines.py)."
+    "GPU runs: one H200, TP=1, the tiny offline checkpoints; 0.5.13 and 0.5.16 re-run with the plugin after issue 19 "
+    "(2026-12-03), 0.5.17 with the plugin before it. 0.5.18+ pin torch >= 2.13, which the GPU machine here does not "
+    "have: never run on a GPU here. Every row's plan is checked against that line's published source "
+    "(test_sglang_source_lines.py)."
 )
 
 

@@ -29,7 +29,8 @@ def _is_replicated(lm_head) -> bool:
 def check_draft_at_init(original, self, *args, **kwargs):
     """Around ``DFlashWorker[V2].__init__``: validate the draft against a Gemma 4 target (the target has loaded;
     the draft is loaded by ``original``), compile flashinfer's sampling module while the worker starts
-    (``sampling_prebuild``), and log one line saying which of the plugin's pieces run in this worker."""
+    (``sampling_prebuild``), and log one line saying which of the plugin's pieces run in this worker (on v2, once
+    its CUDA graphs are set up: ``report_after_graphs``)."""
     bound = inspect.signature(original).bind(self, *args, **kwargs)
     server_args = bound.arguments["server_args"]
     target_worker = bound.arguments["target_worker"]
@@ -46,11 +47,30 @@ def check_draft_at_init(original, self, *args, **kwargs):
     build = sampling_prebuild.start()
     result = original(self, *args, **kwargs)  # if it raises, the error goes out at once, not after the build
     sampling_prebuild.finish(build)
+    self.__dict__[_DRAFT_PATH] = draft_path
+    cls = type(self)
+    if not compat.hook_in_place(f"{cls.__module__}.{cls.__qualname__}.init_cuda_graphs", report_after_graphs):
+        _report(self, target_model)  # v1: the capture and the head are set by now
+    return result
+
+
+_DRAFT_PATH = "_sglang_gemma4_dflash_draft_path"
+
+
+def report_after_graphs(original, self, *args, **kwargs):
+    """Around v2 ``DFlashWorkerV2.init_cuda_graphs`` (0.5.14+): v2 sets the target's capture ids and builds the
+    draft's graph sampler after the worker is built, so the line saying which pieces run is logged here."""
+    result = original(self, *args, **kwargs)
+    if _DRAFT_PATH in self.__dict__:  # set by check_draft_at_init for Gemma 4 targets only
+        _report(self, compat.target_model_of(self))
+    return result
+
+
+def _report(worker, target_model) -> None:
     try:
-        logger.info("sglang-gemma4-dflash: %s", pieces_running(self, target_model, draft_path))
+        logger.info("sglang-gemma4-dflash: %s", pieces_running(worker, target_model, worker.__dict__[_DRAFT_PATH]))
     except Exception as exc:  # a report, never a reason to stop the worker
         logger.warning("sglang-gemma4-dflash: cannot say which pieces run in this worker (%r)", exc)
-    return result
 
 
 def pieces_running(worker, target_model, draft_path: str) -> str:
