@@ -3,6 +3,7 @@ shared memory, registers, spill stack, and whether Triton emitted Hopper's warpg
 
     python scripts/kernel_resources.py --out benchmarks/sm90_block_kernel_resources.json            # the defaults
     python scripts/kernel_resources.py --variants target-global:32,64,8,3,1,64     # m,n,warps,stages,dv_parts,d_chunk
+    python scripts/kernel_resources.py --variants target-global:64,64,4,2,2,0,1    # ... ,keys_as_rows
 
 Triton's own ptxas compiles and `cuobjdump` reads the cubin, so the figures are those of the Triton that runs it:
 use the GPU machine's Triton (3.6 for SGLang 0.5.11-0.5.17: `pip install triton==3.6.0` into a bare venv). Torch is
@@ -49,7 +50,7 @@ def compile_fwd(bk, kind: str, tuning) -> dict:
     from triton.compiler import ASTSource
 
     heads, kv_heads, d, window, causal, _ = KINDS[kind]
-    fn = bk._block_attn_fwd
+    fn = bk._block_attn_fwd_t if tuning.keys_as_rows else bk._block_attn_fwd
     sig = {p.name: "i32" for p in fn.params if not p.is_constexpr}
     sig.update({n: "*bf16" for n in ("Q", "K_ext", "V_ext", "K_buf", "V_buf", "O")})
     sig.update({"Mid_O": "*fp32", "Mid_LSE": "*fp32", "qo_indptr": "*i32", "kv_indptr": "*i32", "kv_indices": "*i32"})
@@ -62,7 +63,10 @@ def compile_fwd(bk, kind: str, tuning) -> dict:
     ptx = compiled.asm["ptx"]
     return {
         "kind": kind,
-        **{k: getattr(tuning, k) for k in ("m_tile", "block_n", "num_warps", "num_stages", "dv_parts", "d_chunk")},
+        **{
+            k: getattr(tuning, k)
+            for k in ("m_tile", "block_n", "num_warps", "num_stages", "dv_parts", "d_chunk", "keys_as_rows")
+        },
         "rows_per_program": constants["M_TILE"],
         "shared_bytes": compiled.metadata.shared,
         "registers": usage.get("REG"),
@@ -88,7 +92,10 @@ def main() -> None:
     ap.add_argument("--kernel", default=KERNEL, help="another copy of block_kernel.py (an experiment)")
     ap.add_argument("--kind", choices=sorted(KINDS), help="the layer kind of variants given without one")
     ap.add_argument(
-        "--variants", nargs="*", default=[], help="[KIND:]m_tile,block_n,num_warps,num_stages,dv_parts[,d_chunk]"
+        "--variants",
+        nargs="*",
+        default=[],
+        help="[KIND:]m_tile,block_n,num_warps,num_stages,dv_parts[,d_chunk[,keys_as_rows 0/1]]",
     )
     ap.add_argument("--with-defaults", action="store_true", help="the default tunings too, when variants are given")
     args = ap.parse_args()
@@ -104,8 +111,9 @@ def main() -> None:
         kind = kind or args.kind
         if kind not in KINDS:
             ap.error(f"variant {v!r}: name its kind (--kind, or KIND:fields) from {sorted(KINDS)}")
-        m, n, w, s, p, *c = map(int, fields.split(","))
-        tuning = bk.Tuning(m_tile=m, block_n=n, num_warps=w, num_stages=s, dv_parts=p, d_chunk=c[0] if c else 0)
+        m, n, w, s, p, *rest = map(int, fields.split(","))
+        c, t = (rest + [0, 0])[:2]
+        tuning = bk.Tuning(m_tile=m, block_n=n, num_warps=w, num_stages=s, dv_parts=p, d_chunk=c, keys_as_rows=bool(t))
         jobs.append((kind, "variant", tuning))
     rows = []
     for kind, label, tuning in jobs:

@@ -86,6 +86,18 @@ def test_value_dim_split_across_programs(dv_parts, splits):
     assert err < (1e-5 if DEVICE == "cpu" else 5e-3)
 
 
+@pytest.mark.parametrize("dv_parts", [1, 2])
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("name", list(CASES))
+def test_keys_as_rows_matches_reference(name, splits, dv_parts):
+    """The transposed first pass (``Tuning.keys_as_rows``: scores as K q^T) on every case."""
+    ctx, blocks, kwargs = CASES[name]
+    case = make_case(ctx, blocks, device=DEVICE, seed=len(name) + dv_parts, **kwargs)
+    tuning = block_kernel.Tuning(min_split=16, block_n=16, dv_parts=dv_parts, keys_as_rows=True)
+    err = rel_err(run_kernel(case, splits=splits, tuning=tuning), reference(case))
+    assert err < (1e-5 if DEVICE == "cpu" else 5e-3), f"{name}, keys as rows: relative error {err:.2e}"
+
+
 @pytest.mark.parametrize("name", ["global-k=v-512", "sliding-256-window-lists", "ragged-blocks", "no-group"])
 @pytest.mark.parametrize("d_chunk", [16, 64])
 def test_scores_over_head_dim_slices(name, d_chunk):

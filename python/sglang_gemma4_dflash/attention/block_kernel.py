@@ -42,6 +42,7 @@ class Tuning:
     num_stages: int = 2
     dv_parts: int = 1  # programs sharing one row tile, each with a slice of the value dim (smaller accumulators)
     d_chunk: int = 0  # >0: scores summed over head-dim slices this wide (smaller key tiles); 0: the whole head dim
+    keys_as_rows: bool = False  # scores as K q^T (q loaded once, the MMA's shared-memory operand); d_chunk unused
 
 
 def default_tuning(head_dim: int, batch: int) -> Tuning:
@@ -245,6 +246,157 @@ def _block_attn_fwd(
         tl.store(Mid_LSE + base + rows, lse, mask=row_ok & (dv_part == 0))
 
 
+@triton.jit
+def _online_softmax_step_t(qk_t, visible_t, m_i, l_i, acc_t, v_t):
+    """``_online_softmax_step`` with keys as rows: scores [N, M_TILE], values [BLOCK_DV, N], acc [BLOCK_DV, M_TILE]."""
+    qk_t = tl.where(visible_t, qk_t, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk_t, 0))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p_t = tl.exp2(qk_t - m_safe[None, :])
+    l_i = l_i * alpha + tl.sum(p_t, 0)
+    acc_t = acc_t * alpha[None, :] + tl.dot(v_t, p_t.to(v_t.dtype))
+    return m_new, l_i, acc_t
+
+
+@triton.jit(do_not_specialize=["num_splits"])
+def _block_attn_fwd_t(
+    Q,
+    K_ext,
+    V_ext,
+    K_buf,
+    V_buf,
+    O,
+    Mid_O,
+    Mid_LSE,
+    qo_indptr,
+    kv_indptr,
+    kv_indices,
+    qk_scale,
+    v_scale,
+    num_splits,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_kbt,
+    stride_kbh,
+    stride_vbt,
+    stride_vbh,
+    stride_ot,
+    stride_oh,
+    NUM_KV_HEADS: tl.constexpr,
+    G: tl.constexpr,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DC: tl.constexpr,  # unused here
+    BLOCK_DV: tl.constexpr,
+    DV_PARTS: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    M_TILE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MIN_SPLIT: tl.constexpr,
+    WINDOW: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DIRECT: tl.constexpr,
+):
+    """``_block_attn_fwd`` with every tile transposed (keys and value columns as rows, query rows as columns): the
+    scores are K q^T, so q is loaded once and is the MMA operand that lives in shared memory instead of taking
+    registers beside the accumulator. Same grid, arguments and outputs."""
+    chunk = tl.program_id(0) // DV_PARTS
+    dv_part = tl.program_id(0) % DV_PARTS
+    req = tl.program_id(1) // NUM_KV_HEADS
+    kv_head = tl.program_id(1) % NUM_KV_HEADS
+    split = tl.program_id(2)
+
+    q_start = tl.load(qo_indptr + req)
+    n_q = tl.load(qo_indptr + req + 1) - q_start
+    kv_start = tl.load(kv_indptr + req)
+    ctx_len = tl.load(kv_indptr + req + 1) - kv_start
+    lo, per_split, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
+    if split >= used or chunk * M_TILE >= n_q * G:
+        return
+
+    rows = chunk * M_TILE + tl.arange(0, M_TILE)
+    pos = rows // G
+    head = kv_head * G + rows % G
+    row_ok = pos < n_q
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = dv_part * BLOCK_DV + tl.arange(0, BLOCK_DV)
+    d_ok = offs_d < D
+    dv_ok = offs_dv < DV
+
+    q_t = tl.load(
+        Q + (q_start + pos)[None, :].to(tl.int64) * stride_qt + head[None, :] * stride_qh + offs_d[:, None],
+        mask=d_ok[:, None] & row_ok[None, :],
+        other=0.0,
+    )
+    m_i = tl.full([M_TILE], float("-inf"), tl.float32)
+    l_i = tl.zeros([M_TILE], tl.float32)
+    acc_t = tl.zeros([BLOCK_DV, M_TILE], tl.float32)
+
+    start = lo + split * per_split
+    end = tl.minimum(start + per_split, ctx_len)
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < end
+        slot = tl.load(kv_indices + kv_start + offs_n, mask=n_ok, other=0).to(tl.int64)
+        k = tl.load(
+            K_buf + slot[:, None] * stride_kbt + kv_head * stride_kbh + offs_d[None, :],
+            mask=n_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        qk_t = tl.dot(k.to(q_t.dtype), q_t) * qk_scale
+        visible_t = n_ok[:, None] & row_ok[None, :]
+        if WINDOW >= 0:
+            visible_t &= (ctx_len + pos)[None, :] - offs_n[:, None] <= WINDOW
+        v_t = tl.load(
+            V_buf + slot[None, :] * stride_vbt + kv_head * stride_vbh + offs_dv[:, None],
+            mask=dv_ok[:, None] & n_ok[None, :],
+            other=0.0,
+        )
+        m_i, l_i, acc_t = _online_softmax_step_t(qk_t, visible_t, m_i, l_i, acc_t, v_t.to(Q.dtype.element_ty))
+
+    if split == used - 1:
+        offs_j = tl.arange(0, BLOCK_Q)
+        j_ok = offs_j < n_q
+        k = tl.load(
+            K_ext + (q_start + offs_j)[:, None].to(tl.int64) * stride_kt + kv_head * stride_kh + offs_d[None, :],
+            mask=j_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        qk_t = tl.dot(k.to(q_t.dtype), q_t) * qk_scale
+        visible_t = j_ok[:, None] & row_ok[None, :]
+        if CAUSAL:
+            visible_t &= offs_j[:, None] <= pos[None, :]
+        if WINDOW >= 0:
+            visible_t &= pos[None, :] - offs_j[:, None] <= WINDOW
+        v_t = tl.load(
+            V_ext + (q_start + offs_j)[None, :].to(tl.int64) * stride_vt + kv_head * stride_vh + offs_dv[:, None],
+            mask=dv_ok[:, None] & j_ok[None, :],
+            other=0.0,
+        )
+        m_i, l_i, acc_t = _online_softmax_step_t(qk_t, visible_t, m_i, l_i, acc_t, v_t.to(Q.dtype.element_ty))
+
+    if DIRECT or used == 1:
+        out_t = acc_t * (v_scale / tl.where(l_i == 0.0, 1.0, l_i))[None, :]
+        tl.store(
+            O + (q_start + pos)[None, :].to(tl.int64) * stride_ot + head[None, :] * stride_oh + offs_dv[:, None],
+            out_t.to(O.dtype.element_ty),
+            mask=dv_ok[:, None] & row_ok[None, :],
+        )
+    else:
+        base = (tl.program_id(1) * num_splits + split).to(tl.int64) * (G * BLOCK_Q)
+        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(tl.where(l_i == 0.0, 1.0, l_i)))
+        out_t = acc_t / tl.where(l_i == 0.0, 1.0, l_i)[None, :]
+        width = BLOCK_DV * DV_PARTS
+        tl.store(Mid_O + (base + rows)[None, :] * width + offs_dv[:, None], out_t, mask=row_ok[None, :])
+        tl.store(Mid_LSE + base + rows, lse, mask=row_ok & (dv_part == 0))
+
+
 @triton.jit(do_not_specialize=["num_splits"])
 def _block_attn_reduce(
     O,
@@ -336,7 +488,9 @@ def fwd_constants(
         D=head_dim,
         DV=v_dim,
         BLOCK_D=block_d,
-        BLOCK_DC=block_d if not 0 < tuning.d_chunk < block_d else max(16, triton.next_power_of_2(tuning.d_chunk)),
+        BLOCK_DC=block_d
+        if tuning.keys_as_rows or not 0 < tuning.d_chunk < block_d
+        else max(16, triton.next_power_of_2(tuning.d_chunk)),
         BLOCK_DV=block_dv // dv_parts,
         DV_PARTS=dv_parts,
         BLOCK_Q=max(16, triton.next_power_of_2(max_block)),
@@ -391,7 +545,8 @@ def block_attention(
         rows = group * c["BLOCK_Q"]
         mid_o = torch.empty((batch, num_kv_heads, n_splits, rows, block_dv), dtype=torch.float32, device=q.device)
         mid_lse = torch.empty((batch, num_kv_heads, n_splits, rows), dtype=torch.float32, device=q.device)
-    _block_attn_fwd[(row_chunks * dv_parts, batch * num_kv_heads, n_splits)](
+    first_pass = _block_attn_fwd_t if tuning.keys_as_rows else _block_attn_fwd
+    first_pass[(row_chunks * dv_parts, batch * num_kv_heads, n_splits)](
         q,
         k_ext,
         v_ext,
