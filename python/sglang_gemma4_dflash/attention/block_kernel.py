@@ -305,7 +305,9 @@ def _block_attn_fwd_t(
 ):
     """``_block_attn_fwd`` with every tile transposed (keys and value columns as rows, query rows as columns): the
     scores are K q^T, so q is loaded once and is the MMA operand that lives in shared memory instead of taking
-    registers beside the accumulator. Same grid, arguments and outputs."""
+    registers beside the accumulator. Same grid, arguments and outputs. Its first lines repeat the first pass's on
+    purpose: moved into a shared helper they changed the timed kernel's code (Triton 3.6, sm_90a: the sliding
+    layers' batch-4 spill 5,792 -> 5,832 bytes); merge them once both passes are timed."""
     chunk = tl.program_id(0) // DV_PARTS
     dv_part = tl.program_id(0) % DV_PARTS
     req = tl.program_id(1) // NUM_KV_HEADS
