@@ -76,6 +76,32 @@ def _split_plan(ctx_len, num_splits, WINDOW: tl.constexpr, MIN_SPLIT: tl.constex
 
 
 @triton.jit
+def _program_span(
+    qo_indptr,
+    kv_indptr,
+    num_splits,
+    NUM_KV_HEADS: tl.constexpr,
+    DV_PARTS: tl.constexpr,
+    WINDOW: tl.constexpr,
+    MIN_SPLIT: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """A first-pass program's row tile, value part, KV head and split; its request's block and context; the
+    request's split plan."""
+    chunk = tl.program_id(0) // DV_PARTS
+    dv_part = tl.program_id(0) % DV_PARTS
+    req = tl.program_id(1) // NUM_KV_HEADS
+    kv_head = tl.program_id(1) % NUM_KV_HEADS
+    split = tl.program_id(2)
+    q_start = tl.load(qo_indptr + req)
+    n_q = tl.load(qo_indptr + req + 1) - q_start
+    kv_start = tl.load(kv_indptr + req)
+    ctx_len = tl.load(kv_indptr + req + 1) - kv_start
+    lo, per_split, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
+    return chunk, dv_part, kv_head, split, q_start, n_q, kv_start, ctx_len, lo, per_split, used
+
+
+@triton.jit
 def _scores(
     q,
     q_rows,
@@ -160,17 +186,9 @@ def _block_attn_fwd(
     CAUSAL: tl.constexpr,
     DIRECT: tl.constexpr,  # one split for every request: no second pass
 ):
-    chunk = tl.program_id(0) // DV_PARTS
-    dv_part = tl.program_id(0) % DV_PARTS
-    req = tl.program_id(1) // NUM_KV_HEADS
-    kv_head = tl.program_id(1) % NUM_KV_HEADS
-    split = tl.program_id(2)
-
-    q_start = tl.load(qo_indptr + req)
-    n_q = tl.load(qo_indptr + req + 1) - q_start
-    kv_start = tl.load(kv_indptr + req)
-    ctx_len = tl.load(kv_indptr + req + 1) - kv_start
-    lo, per_split, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
+    chunk, dv_part, kv_head, split, q_start, n_q, kv_start, ctx_len, lo, per_split, used = _program_span(
+        qo_indptr, kv_indptr, num_splits, NUM_KV_HEADS, DV_PARTS, WINDOW, MIN_SPLIT, BLOCK_N
+    )
     if split >= used or chunk * M_TILE >= n_q * G:
         return
 
@@ -305,20 +323,12 @@ def _block_attn_fwd_t(
 ):
     """``_block_attn_fwd`` with every tile transposed (keys and value columns as rows, query rows as columns): the
     scores are K q^T, so q is loaded once and is the MMA operand that lives in shared memory instead of taking
-    registers beside the accumulator. Same grid, arguments and outputs. Its first lines repeat the first pass's on
-    purpose: moved into a shared helper they changed the timed kernel's code (Triton 3.6, sm_90a: the sliding
-    layers' batch-4 spill 5,792 -> 5,832 bytes); merge them once both passes are timed."""
-    chunk = tl.program_id(0) // DV_PARTS
-    dv_part = tl.program_id(0) % DV_PARTS
-    req = tl.program_id(1) // NUM_KV_HEADS
-    kv_head = tl.program_id(1) % NUM_KV_HEADS
-    split = tl.program_id(2)
-
-    q_start = tl.load(qo_indptr + req)
-    n_q = tl.load(qo_indptr + req + 1) - q_start
-    kv_start = tl.load(kv_indptr + req)
-    ctx_len = tl.load(kv_indptr + req + 1) - kv_start
-    lo, per_split, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
+    registers beside the accumulator. Same grid, arguments and outputs. Its row-tile lines repeat the first pass's on
+    purpose: in a shared helper they changed the timed kernel's code (Triton 3.6, sm_90a: the sliding layers'
+    batch-4 spill 5,792 -> 5,832 bytes; ``_program_span`` changes nothing); merge them once both passes are timed."""
+    chunk, dv_part, kv_head, split, q_start, n_q, kv_start, ctx_len, lo, per_split, used = _program_span(
+        qo_indptr, kv_indptr, num_splits, NUM_KV_HEADS, DV_PARTS, WINDOW, MIN_SPLIT, BLOCK_N
+    )
     if split >= used or chunk * M_TILE >= n_q * G:
         return
 
