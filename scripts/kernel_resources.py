@@ -3,7 +3,6 @@ shared memory, registers, spill stack, and whether Triton emitted Hopper's warpg
 
     python scripts/kernel_resources.py --out benchmarks/sm90_block_kernel_resources.json            # the defaults
     python scripts/kernel_resources.py --variants target-global:32,64,8,3,1,64     # m,n,warps,stages,dv_parts,d_chunk
-    python scripts/kernel_resources.py --variants target-global:64,64,4,2,2,0,1    # ... ,keys_as_rows
 
 Triton's own ptxas compiles and `cuobjdump` reads the cubin, so the figures are those of the Triton that runs it:
 use the GPU machine's Triton (3.6 for SGLang 0.5.11-0.5.17: `pip install triton==3.6.0` into a bare venv). Torch is
@@ -25,7 +24,7 @@ import types
 KERNEL = os.path.join(os.path.dirname(__file__), "..", "python", "sglang_gemma4_dflash", "attention", "block_kernel.py")
 KINDS = {  # num_heads, num_kv_heads, head_dim, window, causal; the batch classes default_tuning tells apart
     "target-sliding": (32, 16, 256, 1023, True, (1, 4)),
-    "target-global": (32, 4, 512, -1, True, (1, 16)),
+    "target-global": (32, 4, 512, -1, True, (1, 4, 16)),
     "draft": (64, 8, 128, 2047, False, (1, 16)),
 }
 
@@ -44,15 +43,15 @@ def load_kernel_module(path: str = KERNEL):
     return module
 
 
-def compile_fwd(bk, kind: str, tuning) -> dict:
+def compile_fwd(bk, kind: str, tuning, dtype: str = "bf16") -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     heads, kv_heads, d, window, causal, _ = KINDS[kind]
-    fn = bk._block_attn_fwd_t if tuning.keys_as_rows else bk._block_attn_fwd
+    fn = bk._block_attn_fwd
     sig = {p.name: "i32" for p in fn.params if not p.is_constexpr}
-    sig.update({n: "*bf16" for n in ("Q", "K_ext", "V_ext", "K_buf", "V_buf", "O")})
+    sig.update({n: f"*{dtype}" for n in ("Q", "K_ext", "V_ext", "K_buf", "V_buf", "O")})
     sig.update({"Mid_O": "*fp32", "Mid_LSE": "*fp32", "qo_indptr": "*i32", "kv_indptr": "*i32", "kv_indices": "*i32"})
     sig.update({"qk_scale": "fp32", "v_scale": "fp32"})
     constants = dict(bk.fwd_constants(heads, kv_heads, d, d, 16, tuning, window, causal), DIRECT=False)
@@ -63,10 +62,8 @@ def compile_fwd(bk, kind: str, tuning) -> dict:
     ptx = compiled.asm["ptx"]
     return {
         "kind": kind,
-        **{
-            k: getattr(tuning, k)
-            for k in ("m_tile", "block_n", "num_warps", "num_stages", "dv_parts", "d_chunk", "keys_as_rows")
-        },
+        "dtype": dtype,
+        **{k: getattr(tuning, k) for k in ("m_tile", "block_n", "num_warps", "num_stages", "dv_parts", "d_chunk")},
         "rows_per_program": constants["M_TILE"],
         "shared_bytes": compiled.metadata.shared,
         "registers": usage.get("REG"),
@@ -95,8 +92,9 @@ def main() -> None:
         "--variants",
         nargs="*",
         default=[],
-        help="[KIND:]m_tile,block_n,num_warps,num_stages,dv_parts[,d_chunk[,keys_as_rows 0/1]]",
+        help="[KIND:]m_tile,block_n,num_warps,num_stages,dv_parts[,d_chunk]",
     )
+    ap.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16", help="q and the KV cache's type")
     ap.add_argument("--with-defaults", action="store_true", help="the default tunings too, when variants are given")
     args = ap.parse_args()
     import triton
@@ -105,19 +103,22 @@ def main() -> None:
     jobs = []
     if not args.variants or args.with_defaults:
         for kind, (*_, d, _w, _c, batches) in KINDS.items():
-            jobs += [(kind, f"default at batch {b}", bk.default_tuning(d, b)) for b in batches]
+            jobs += [
+                (kind, f"default at batch {b}", bk.default_tuning(d, b, 4 if args.dtype == "fp32" else 2))
+                for b in batches
+            ]
     for v in args.variants:
         kind, _, fields = v.rpartition(":")
         kind = kind or args.kind
         if kind not in KINDS:
             ap.error(f"variant {v!r}: name its kind (--kind, or KIND:fields) from {sorted(KINDS)}")
         m, n, w, s, p, *rest = map(int, fields.split(","))
-        c, t = (rest + [0, 0])[:2]
-        tuning = bk.Tuning(m_tile=m, block_n=n, num_warps=w, num_stages=s, dv_parts=p, d_chunk=c, keys_as_rows=bool(t))
+        c = rest[0] if rest else 0
+        tuning = bk.Tuning(m_tile=m, block_n=n, num_warps=w, num_stages=s, dv_parts=p, d_chunk=c)
         jobs.append((kind, "variant", tuning))
     rows = []
     for kind, label, tuning in jobs:
-        row = {"what": label, **compile_fwd(bk, kind, tuning)}
+        row = {"what": label, **compile_fwd(bk, kind, tuning, args.dtype)}
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.out:

@@ -86,18 +86,6 @@ def test_value_dim_split_across_programs(dv_parts, splits):
     assert err < (1e-5 if DEVICE == "cpu" else 5e-3)
 
 
-@pytest.mark.parametrize("dv_parts", [1, 2])
-@pytest.mark.parametrize("splits", [1, 3])
-@pytest.mark.parametrize("name", list(CASES))
-def test_keys_as_rows_matches_reference(name, splits, dv_parts):
-    """The transposed first pass (``Tuning.keys_as_rows``: scores as K q^T) on every case."""
-    ctx, blocks, kwargs = CASES[name]
-    case = make_case(ctx, blocks, device=DEVICE, seed=len(name) + dv_parts, **kwargs)
-    tuning = block_kernel.Tuning(min_split=16, block_n=16, dv_parts=dv_parts, keys_as_rows=True)
-    err = rel_err(run_kernel(case, splits=splits, tuning=tuning), reference(case))
-    assert err < (1e-5 if DEVICE == "cpu" else 5e-3), f"{name}, keys as rows: relative error {err:.2e}"
-
-
 @pytest.mark.parametrize("name", ["global-k=v-512", "sliding-256-window-lists", "ragged-blocks", "no-group"])
 @pytest.mark.parametrize("d_chunk", [16, 64])
 def test_scores_over_head_dim_slices(name, d_chunk):
@@ -122,14 +110,21 @@ DEFAULT_TUNING_CASES = {
 }
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("name", list(DEFAULT_TUNING_CASES))
-def test_default_tunings_match_reference(name):
-    """Every tiling `default_tuning` hands out (row tiles, key tiles, value parts, score slices) at its head dim."""
+def test_default_tunings_match_reference(name, dtype):
+    """Every tiling `default_tuning` hands out (row tiles, key tiles, value parts, score slices) at its head dim, for
+    the element size it is picked for (on a GPU, fp32 tiles that do not fit in shared memory fail to launch)."""
+    if dtype == torch.bfloat16 and DEVICE == "cpu":
+        pytest.skip("bf16 tiles: GPU only (the interpreter runs the fp32 case)")
     head_dim, batch, kwargs = DEFAULT_TUNING_CASES[name]
-    tuning = block_kernel.default_tuning(head_dim, batch)
-    case = make_case([90, 0, 41], [16, 16, 9], head_dim=head_dim, device=DEVICE, seed=head_dim + batch, **kwargs)
+    case = make_case(
+        [90, 0, 41], [16, 16, 9], head_dim=head_dim, dtype=dtype, device=DEVICE, seed=head_dim + batch, **kwargs
+    )
+    tuning = block_kernel.default_tuning(head_dim, batch, case.q.element_size())
     err = rel_err(run_kernel(case, splits=2, tuning=tuning), reference(case))
-    assert err < (1e-5 if DEVICE == "cpu" else 5e-3), f"{name} {tuning}: relative error {err:.2e}"
+    limit = 1e-5 if DEVICE == "cpu" else (5e-3 if dtype == torch.float32 else 1e-2)
+    assert err < limit, f"{name} {dtype} {tuning}: relative error {err:.2e}"
 
 
 def test_scales_and_default_tuning():

@@ -180,7 +180,6 @@ SWEEP_GRID = {  # option -> Tuning field; each option is a comma list
     "min_splits": "min_split",
     "programs_per_sm": "programs_per_sm",
     "d_chunks": "d_chunk",
-    "keys_as_rows": "keys_as_rows",
 }
 
 
@@ -232,7 +231,6 @@ def main() -> None:
     ap.add_argument("--sweep-min-splits", default="256")
     ap.add_argument("--sweep-programs-per-sm", default="2")
     ap.add_argument("--sweep-d-chunks", default="0", help="head-dim slices of the scores (0: whole), e.g. 0,64,128")
-    ap.add_argument("--sweep-keys-as-rows", default="0", help="0: scores as q K^T; 1: as K q^T (q in shared memory)")
     ap.add_argument("--budget-s", type=float, default=300.0, help="no new row starts after this many seconds")
     ap.add_argument("--sweep-budget-s", type=float, default=150.0, help="the same for each sweep point")
     ap.add_argument(

@@ -19,8 +19,8 @@ be captured in a CUDA graph.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from dataclasses import dataclass
 
 import torch
 import triton
@@ -31,7 +31,7 @@ MAX_BLOCK = 32  # the most block tokens per request the kernel takes
 CPU_SMS = 132  # an H200's count, for the split plan when no GPU is there (tests under the interpreter)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Tuning:
     m_tile: int = 32  # rows (block position x query head) per program
     block_n: int = 32  # context tokens per inner step
@@ -42,24 +42,29 @@ class Tuning:
     num_stages: int = 2
     dv_parts: int = 1  # programs sharing one row tile, each with a slice of the value dim (smaller accumulators)
     d_chunk: int = 0  # >0: scores summed over head-dim slices this wide (smaller key tiles); 0: the whole head dim
-    keys_as_rows: bool = False  # scores as K q^T (q loaded once, the MMA's shared-memory operand); d_chunk unused
 
 
-def default_tuning(head_dim: int, batch: int) -> Tuning:
-    """Picked from sweeps on one H200 at Gemma-4-31B shapes (docs/gpu_runs.md sections 9 and 11)."""
+def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
+    """Picked from sweeps on one H200 at Gemma-4-31B shapes (docs/gpu_runs.md sections 9, 11 and 12). 4-byte
+    elements (an fp32 model) get half the key tile and no pipelining, so the tiles still fit in shared memory."""
+    tuning = _default_tuning_16bit(head_dim, batch)
+    if elem_bytes <= 2:
+        return tuning
+    return dataclasses.replace(tuning, block_n=max(16, tuning.block_n // 2), num_stages=1)
+
+
+def _default_tuning_16bit(head_dim: int, batch: int) -> Tuning:
     if head_dim >= 512:  # the target's global layers
-        if batch >= 8:  # row tile 64 + value halves + 64-wide score slices: wgmma, no register spills
-            return Tuning(m_tile=64, block_n=16, num_warps=4, num_stages=3, dv_parts=2, d_chunk=64)
-        if batch > 1:
-            return Tuning(m_tile=64, block_n=32, num_warps=4, num_stages=3, dv_parts=2, d_chunk=64)
-        return Tuning(m_tile=32, block_n=64, num_warps=8, num_stages=3)
+        if batch == 1:
+            return Tuning(m_tile=32, block_n=64, num_warps=8, num_stages=3)
+        # row tile 64 + value halves + 64-wide score slices: wgmma, no register spills; one program per SM
+        return Tuning(m_tile=64, block_n=16, num_warps=4, num_stages=3, dv_parts=2, d_chunk=64, programs_per_sm=1)
     if head_dim >= 256:  # the target's sliding layers
         if batch == 1:  # few programs: smaller row tiles give more of them
             return Tuning(m_tile=16, block_n=64, num_warps=8, num_stages=3, d_chunk=128)
-        return Tuning(m_tile=32, block_n=64, num_warps=4, num_stages=3)
-    if batch > 4:  # the draft
-        return Tuning(m_tile=64, block_n=64, num_warps=4, num_stages=3)
-    return Tuning(m_tile=32, block_n=64, num_warps=4, num_stages=2)
+        return Tuning(m_tile=32, block_n=64, num_warps=4, num_stages=3, programs_per_sm=1)
+    # the draft (head dim 128, 8 query heads per KV head: row tile 64 gives wgmma)
+    return Tuning(m_tile=64, block_n=32 if 1 < batch < 8 else 64, num_warps=4, num_stages=3)
 
 
 @triton.jit
@@ -73,32 +78,6 @@ def _split_plan(ctx_len, num_splits, WINDOW: tl.constexpr, MIN_SPLIT: tl.constex
     per_split = ((span + used - 1) // used + BLOCK_N - 1) // BLOCK_N * BLOCK_N
     used = tl.maximum((span + per_split - 1) // tl.maximum(per_split, 1), 1)
     return lo, per_split, used
-
-
-@triton.jit
-def _program_span(
-    qo_indptr,
-    kv_indptr,
-    num_splits,
-    NUM_KV_HEADS: tl.constexpr,
-    DV_PARTS: tl.constexpr,
-    WINDOW: tl.constexpr,
-    MIN_SPLIT: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    """A first-pass program's row tile, value part, KV head and split; its request's block and context; the
-    request's split plan."""
-    chunk = tl.program_id(0) // DV_PARTS
-    dv_part = tl.program_id(0) % DV_PARTS
-    req = tl.program_id(1) // NUM_KV_HEADS
-    kv_head = tl.program_id(1) % NUM_KV_HEADS
-    split = tl.program_id(2)
-    q_start = tl.load(qo_indptr + req)
-    n_q = tl.load(qo_indptr + req + 1) - q_start
-    kv_start = tl.load(kv_indptr + req)
-    ctx_len = tl.load(kv_indptr + req + 1) - kv_start
-    lo, per_split, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
-    return chunk, dv_part, kv_head, split, q_start, n_q, kv_start, ctx_len, lo, per_split, used
 
 
 @triton.jit
@@ -186,9 +165,16 @@ def _block_attn_fwd(
     CAUSAL: tl.constexpr,
     DIRECT: tl.constexpr,  # one split for every request: no second pass
 ):
-    chunk, dv_part, kv_head, split, q_start, n_q, kv_start, ctx_len, lo, per_split, used = _program_span(
-        qo_indptr, kv_indptr, num_splits, NUM_KV_HEADS, DV_PARTS, WINDOW, MIN_SPLIT, BLOCK_N
-    )
+    chunk = tl.program_id(0) // DV_PARTS
+    dv_part = tl.program_id(0) % DV_PARTS
+    req = tl.program_id(1) // NUM_KV_HEADS
+    kv_head = tl.program_id(1) % NUM_KV_HEADS
+    split = tl.program_id(2)
+    q_start = tl.load(qo_indptr + req)
+    n_q = tl.load(qo_indptr + req + 1) - q_start
+    kv_start = tl.load(kv_indptr + req)
+    ctx_len = tl.load(kv_indptr + req + 1) - kv_start
+    lo, per_split, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
     if split >= used or chunk * M_TILE >= n_q * G:
         return
 
@@ -261,151 +247,6 @@ def _block_attn_fwd(
         out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         width = BLOCK_DV * DV_PARTS
         tl.store(Mid_O + (base + rows)[:, None] * width + offs_dv[None, :], out, mask=row_ok[:, None])
-        tl.store(Mid_LSE + base + rows, lse, mask=row_ok & (dv_part == 0))
-
-
-@triton.jit
-def _online_softmax_step_t(qk_t, visible_t, m_i, l_i, acc_t, v_t):
-    """``_online_softmax_step`` with keys as rows: scores [N, M_TILE], values [BLOCK_DV, N], acc [BLOCK_DV, M_TILE]."""
-    qk_t = tl.where(visible_t, qk_t, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(qk_t, 0))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_safe)
-    p_t = tl.exp2(qk_t - m_safe[None, :])
-    l_i = l_i * alpha + tl.sum(p_t, 0)
-    acc_t = acc_t * alpha[None, :] + tl.dot(v_t, p_t.to(v_t.dtype))
-    return m_new, l_i, acc_t
-
-
-@triton.jit(do_not_specialize=["num_splits"])
-def _block_attn_fwd_t(
-    Q,
-    K_ext,
-    V_ext,
-    K_buf,
-    V_buf,
-    O,
-    Mid_O,
-    Mid_LSE,
-    qo_indptr,
-    kv_indptr,
-    kv_indices,
-    qk_scale,
-    v_scale,
-    num_splits,
-    stride_qt,
-    stride_qh,
-    stride_kt,
-    stride_kh,
-    stride_vt,
-    stride_vh,
-    stride_kbt,
-    stride_kbh,
-    stride_vbt,
-    stride_vbh,
-    stride_ot,
-    stride_oh,
-    NUM_KV_HEADS: tl.constexpr,
-    G: tl.constexpr,
-    D: tl.constexpr,
-    DV: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_DC: tl.constexpr,  # unused here
-    BLOCK_DV: tl.constexpr,
-    DV_PARTS: tl.constexpr,
-    BLOCK_Q: tl.constexpr,
-    M_TILE: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    MIN_SPLIT: tl.constexpr,
-    WINDOW: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    DIRECT: tl.constexpr,
-):
-    """``_block_attn_fwd`` with every tile transposed (keys and value columns as rows, query rows as columns): the
-    scores are K q^T, so q is loaded once and is the MMA operand that lives in shared memory instead of taking
-    registers beside the accumulator. Same grid, arguments and outputs. Its row-tile lines repeat the first pass's on
-    purpose: in a shared helper they changed the timed kernel's code (Triton 3.6, sm_90a: the sliding layers'
-    batch-4 spill 5,792 -> 5,832 bytes; ``_program_span`` changes nothing); merge them once both passes are timed."""
-    chunk, dv_part, kv_head, split, q_start, n_q, kv_start, ctx_len, lo, per_split, used = _program_span(
-        qo_indptr, kv_indptr, num_splits, NUM_KV_HEADS, DV_PARTS, WINDOW, MIN_SPLIT, BLOCK_N
-    )
-    if split >= used or chunk * M_TILE >= n_q * G:
-        return
-
-    rows = chunk * M_TILE + tl.arange(0, M_TILE)
-    pos = rows // G
-    head = kv_head * G + rows % G
-    row_ok = pos < n_q
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = dv_part * BLOCK_DV + tl.arange(0, BLOCK_DV)
-    d_ok = offs_d < D
-    dv_ok = offs_dv < DV
-
-    q_t = tl.load(
-        Q + (q_start + pos)[None, :].to(tl.int64) * stride_qt + head[None, :] * stride_qh + offs_d[:, None],
-        mask=d_ok[:, None] & row_ok[None, :],
-        other=0.0,
-    )
-    m_i = tl.full([M_TILE], float("-inf"), tl.float32)
-    l_i = tl.zeros([M_TILE], tl.float32)
-    acc_t = tl.zeros([BLOCK_DV, M_TILE], tl.float32)
-
-    start = lo + split * per_split
-    end = tl.minimum(start + per_split, ctx_len)
-    for n0 in range(start, end, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < end
-        slot = tl.load(kv_indices + kv_start + offs_n, mask=n_ok, other=0).to(tl.int64)
-        k = tl.load(
-            K_buf + slot[:, None] * stride_kbt + kv_head * stride_kbh + offs_d[None, :],
-            mask=n_ok[:, None] & d_ok[None, :],
-            other=0.0,
-        )
-        qk_t = tl.dot(k.to(q_t.dtype), q_t) * qk_scale
-        visible_t = n_ok[:, None] & row_ok[None, :]
-        if WINDOW >= 0:
-            visible_t &= (ctx_len + pos)[None, :] - offs_n[:, None] <= WINDOW
-        v_t = tl.load(
-            V_buf + slot[None, :] * stride_vbt + kv_head * stride_vbh + offs_dv[:, None],
-            mask=dv_ok[:, None] & n_ok[None, :],
-            other=0.0,
-        )
-        m_i, l_i, acc_t = _online_softmax_step_t(qk_t, visible_t, m_i, l_i, acc_t, v_t.to(Q.dtype.element_ty))
-
-    if split == used - 1:
-        offs_j = tl.arange(0, BLOCK_Q)
-        j_ok = offs_j < n_q
-        k = tl.load(
-            K_ext + (q_start + offs_j)[:, None].to(tl.int64) * stride_kt + kv_head * stride_kh + offs_d[None, :],
-            mask=j_ok[:, None] & d_ok[None, :],
-            other=0.0,
-        )
-        qk_t = tl.dot(k.to(q_t.dtype), q_t) * qk_scale
-        visible_t = j_ok[:, None] & row_ok[None, :]
-        if CAUSAL:
-            visible_t &= offs_j[:, None] <= pos[None, :]
-        if WINDOW >= 0:
-            visible_t &= pos[None, :] - offs_j[:, None] <= WINDOW
-        v_t = tl.load(
-            V_ext + (q_start + offs_j)[None, :].to(tl.int64) * stride_vt + kv_head * stride_vh + offs_dv[:, None],
-            mask=dv_ok[:, None] & j_ok[None, :],
-            other=0.0,
-        )
-        m_i, l_i, acc_t = _online_softmax_step_t(qk_t, visible_t, m_i, l_i, acc_t, v_t.to(Q.dtype.element_ty))
-
-    if DIRECT or used == 1:
-        out_t = acc_t * (v_scale / tl.where(l_i == 0.0, 1.0, l_i))[None, :]
-        tl.store(
-            O + (q_start + pos)[None, :].to(tl.int64) * stride_ot + head[None, :] * stride_oh + offs_dv[:, None],
-            out_t.to(O.dtype.element_ty),
-            mask=dv_ok[:, None] & row_ok[None, :],
-        )
-    else:
-        base = (tl.program_id(1) * num_splits + split).to(tl.int64) * (G * BLOCK_Q)
-        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(tl.where(l_i == 0.0, 1.0, l_i)))
-        out_t = acc_t / tl.where(l_i == 0.0, 1.0, l_i)[None, :]
-        width = BLOCK_DV * DV_PARTS
-        tl.store(Mid_O + (base + rows)[None, :] * width + offs_dv[:, None], out_t, mask=row_ok[None, :])
         tl.store(Mid_LSE + base + rows, lse, mask=row_ok & (dv_part == 0))
 
 
@@ -500,9 +341,7 @@ def fwd_constants(
         D=head_dim,
         DV=v_dim,
         BLOCK_D=block_d,
-        BLOCK_DC=block_d
-        if tuning.keys_as_rows or not 0 < tuning.d_chunk < block_d
-        else max(16, triton.next_power_of_2(tuning.d_chunk)),
+        BLOCK_DC=block_d if not 0 < tuning.d_chunk < block_d else max(16, triton.next_power_of_2(tuning.d_chunk)),
         BLOCK_DV=block_dv // dv_parts,
         DV_PARTS=dv_parts,
         BLOCK_Q=max(16, triton.next_power_of_2(max_block)),
@@ -545,7 +384,7 @@ def block_attention(
         raise ValueError(f"block_attention: max_block={max_block}, must be in [1, {MAX_BLOCK}]")
     if num_heads % num_kv_heads:
         raise ValueError(f"block_attention: {num_heads} query heads do not group over {num_kv_heads} KV heads")
-    tuning = tuning or default_tuning(head_dim, batch)
+    tuning = tuning or default_tuning(head_dim, batch, q.element_size())
     c = fwd_constants(num_heads, num_kv_heads, head_dim, v_dim, max_block, tuning, window, causal)
     group, dv_parts, block_dv = c["G"], c["DV_PARTS"], c["BLOCK_DV"] * c["DV_PARTS"]
     row_chunks = triton.cdiv(group * max_block, c["M_TILE"])
@@ -557,8 +396,7 @@ def block_attention(
         rows = group * c["BLOCK_Q"]
         mid_o = torch.empty((batch, num_kv_heads, n_splits, rows, block_dv), dtype=torch.float32, device=q.device)
         mid_lse = torch.empty((batch, num_kv_heads, n_splits, rows), dtype=torch.float32, device=q.device)
-    first_pass = _block_attn_fwd_t if tuning.keys_as_rows else _block_attn_fwd
-    first_pass[(row_chunks * dv_parts, batch * num_kv_heads, n_splits)](
+    _block_attn_fwd[(row_chunks * dv_parts, batch * num_kv_heads, n_splits)](
         q,
         k_ext,
         v_ext,
