@@ -8,6 +8,8 @@ whole contexts, blocks at the start of a context, ragged batches.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from sglang_gemma4_dflash.attention import block_kernel
@@ -206,3 +208,58 @@ def test_split_count_depends_on_shapes_only():
     assert block_kernel.num_splits(16, 4, 4, tuning, cpu) == 2
     assert block_kernel.num_splits(64, 16, 1, tuning, cpu) == 1
     assert block_kernel.num_splits(1, 1, 1, tuning, cpu) == 32
+
+
+def write_rows(tmp_path, rows, name="tunings.json") -> str:
+    path = tmp_path / name
+    path.write_text(rows if isinstance(rows, str) else json.dumps(rows))
+    return str(path)
+
+
+def test_tuning_file_replaces_the_default_tiling(tmp_path, monkeypatch):
+    """SGLANG_GEMMA4_DFLASH_BLOCK_TUNING's rows: the first that covers the head dim and batch wins, for 16-bit
+    elements; other layers, and fp32 ones, keep `default_tuning`'s own; the kernel given the file's tiling (through
+    `block_attention`'s default) still gives the reference output."""
+    rows = [
+        dict(head_dim=64, min_batch=2, max_batch=7, m_tile=16, block_n=16, num_stages=5, min_split=16),
+        dict(head_dim=64, m_tile=32, block_n=32),  # batch 1 and 8+
+        dict(head_dim=64, min_batch=3, max_batch=3, m_tile=64),  # shadowed by the first row
+    ]
+    monkeypatch.setenv(block_kernel.TUNING_ENV, write_rows(tmp_path, rows))
+    first = block_kernel.Tuning(m_tile=16, block_n=16, num_stages=5, min_split=16)
+    assert block_kernel.default_tuning(64, 2) == first and block_kernel.default_tuning(64, 3) == first
+    assert block_kernel.default_tuning(64, 1) == block_kernel.Tuning(m_tile=32, block_n=32)
+    assert block_kernel.default_tuning(64, 9) == block_kernel.Tuning(m_tile=32, block_n=32)
+    assert block_kernel.default_tuning(512, 4) == block_kernel._default_tuning_16bit(512, 4)
+    assert block_kernel.default_tuning(64, 4, elem_bytes=4) != first
+    case = make_case([40, 5, 0], [16, 16, 3], num_heads=4, num_kv_heads=2, head_dim=64, device=DEVICE, seed=9)
+    assert rel_err(run_kernel(case), reference(case)) < (1e-5 if DEVICE == "cpu" else 5e-3)
+    monkeypatch.delenv(block_kernel.TUNING_ENV)
+    assert block_kernel.default_tuning(64, 2) == block_kernel._default_tuning_16bit(64, 2)
+
+
+BAD_TUNING_FILES = {  # file content -> what the one error names
+    "[{": "cannot read it as JSON",
+    "{}": "non-empty JSON list",
+    "[]": "non-empty JSON list",
+    '[{"m_tile": 32}]': "row 0 is not an object with a head_dim",
+    '[{"head_dim": 64}, {"head_dim": 64, "m_tiles": 32}]': "row 1: unknown fields ['m_tiles']",
+    '[{"head_dim": 64, "m_tile": 48}]': "m_tile=48 is not a power of two",
+    '[{"head_dim": 64, "block_n": 8}]': "block_n=8, must be an integer >= 16",
+    '[{"head_dim": 64, "num_warps": 6}]': "num_warps=6 is not a power of two",
+    '[{"head_dim": 64, "num_stages": true}]': "num_stages=True, must be an integer",
+    '[{"head_dim": 64, "d_chunk": -64}]': "d_chunk=-64, must be an integer >= 0",
+    '[{"head_dim": "512"}]': "head_dim='512', must be an integer",
+    '[{"head_dim": 64, "min_batch": 8, "max_batch": 2}]': "min_batch=8 > max_batch=2",
+}
+
+
+@pytest.mark.parametrize("content", list(BAD_TUNING_FILES))
+def test_bad_tuning_files_are_named(tmp_path, content):
+    path = write_rows(tmp_path, content)
+    with pytest.raises(ValueError) as e:
+        block_kernel.tuning_file_rows(path)
+    message = str(e.value)
+    assert BAD_TUNING_FILES[content] in message and path in message and "unset" in message, message
+    with pytest.raises(ValueError, match="cannot read"):
+        block_kernel.tuning_file_rows(str(tmp_path / "missing.json"))

@@ -148,3 +148,41 @@ def test_sglang_0513_verify_with_its_causal_mask(sglang_0513):
     for r in records:
         assert r["served"] == 1 and not r["declined"], r
         assert r["err_hooked"] < 1e-5 and r["err_upstream"] < 1e-5, r
+
+
+def test_the_tuning_file_is_checked_when_a_gemma4_dflash_backend_is_built(sglang, pair, tmp_path, monkeypatch, caplog):
+    """SGLANG_GEMMA4_DFLASH_BLOCK_TUNING: a bad file stops a Gemma 4 DFLASH target's backend at start with the
+    kernel's message; a good one is named in the start-up line; other backends never read it."""
+    import logging
+    from types import SimpleNamespace
+
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from sglang_gemma4_dflash.attention import block_kernel
+
+    _, _, _, gemma4 = pair
+    dflash, eagle = SpeculativeAlgorithm.from_string("DFLASH"), SpeculativeAlgorithm.from_string("EAGLE")
+
+    class Backend:
+        extend_attention_fwd = staticmethod(verify_backend.upstream_extend_kernel())
+
+    def original(self, model_runner):
+        pass
+
+    def build(spec):
+        backend = Backend()
+        runner = SimpleNamespace(model=gemma4, spec_algorithm=spec, is_draft_worker=False)
+        backend_hooks.init_backend(original, backend, runner)
+        return backend
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"head_dim": 512, "m_tile": 24}]')
+    monkeypatch.setenv(block_kernel.TUNING_ENV, str(bad))
+    with pytest.raises(ValueError, match=r"bad\.json: row 0: m_tile=24 is not a power of two"):
+        build(dflash)
+    assert not hasattr(build(eagle), backend_hooks._DISPATCH)  # not a DFLASH target: the file is not read
+    good = tmp_path / "good.json"
+    good.write_text('[{"head_dim": 512, "m_tile": 64, "num_stages": 5}]')
+    monkeypatch.setenv(block_kernel.TUNING_ENV, str(good))
+    with caplog.at_level(logging.INFO, logger=backend_hooks.__name__):
+        assert hasattr(build(dflash), backend_hooks._DISPATCH)
+    assert f"on for the Gemma 4 DFLASH target (tilings of 1 row(s) from {good})" in caplog.text

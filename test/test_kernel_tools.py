@@ -1,5 +1,6 @@
 """The kernel's tools: scripts/kernel_resources.py compiles the kernel for sm_90a as Triton's JIT specialises it on
-the GPU (its KV loop pipelined). Timings themselves are the GPU's (docs/gpu_runs.md)."""
+the GPU (its KV loop pipelined), and bench_block_attention.py's --pick-out turns sweep rows into a tuning file the
+kernel reads. Timings themselves are the GPU's (docs/gpu_runs.md)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from sglang_gemma4_dflash.attention import block_kernel
+
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
 sys.path.insert(0, str(ROOT / "scripts"))
+import bench_block_attention as bench  # noqa: E402
 import kernel_resources  # noqa: E402
 
 
@@ -54,3 +60,38 @@ def test_lookahead_reads_the_first_wait_of_the_kv_loop():
     unpipelined = [line for line in loop if "async" not in line]
     assert kernel_resources.kv_loop_lookahead("\n".join(unpipelined)) is None
     assert kernel_resources.blocks_per_sm(114816, 255, 4) == 2 and kernel_resources.blocks_per_sm(240000, 64, 4) == 0
+
+
+def sweep_row(kind, ctx, batch, ms, err, default=False, **fields):
+    return {"kind": kind, "context": ctx, "batch": batch, "ms": ms, "rel_err": err, **vars(block_kernel.Tuning(**fields)),
+            "default": default}  # fmt: skip
+
+
+def test_pick_out_writes_a_tuning_file_the_kernel_reads(tmp_path, monkeypatch):
+    """Per head dim and batch, the variant timed at every point with the least time per step wins, if its error is
+    within the limit; batch ranges split at geometric midpoints (1 | 2-7 | 8+)."""
+    rows = []
+    for batch in (1, 4, 16):
+        for ctx in (2048, 8192):
+            rows += [
+                sweep_row("draft-sliding", ctx, batch, 1.0, 2e-3, default=True),
+                sweep_row("draft-full", ctx, batch, 1.0, 2e-3, default=True),
+                sweep_row("draft-sliding", ctx, batch, 0.5, 2e-3, num_stages=5),  # 4 layers: the sum counts it
+                sweep_row("draft-full", ctx, batch, 1.2, 2e-3, num_stages=5),  # 1 layer
+                sweep_row("draft-sliding", ctx, batch, 0.1, 5e-2, num_stages=7),  # wrong: never picked
+                sweep_row("draft-full", ctx, batch, 0.1, 5e-2, num_stages=7),
+            ]
+        rows.append(sweep_row("draft-full", 2048, batch, 0.01, 2e-3, block_n=16))  # one point only: not picked
+    rows.append(sweep_row("target-global", 8192, 4, 0.3, 2e-3, default=True, m_tile=64))
+    rows.append(sweep_row("target-global", 8192, 4, None, None, m_tile=128))  # failed to launch
+    picks = bench.pick_tunings(rows)
+    assert [(r["head_dim"], r["min_batch"], r.get("max_batch")) for r in picks] == [
+        (512, 1, None), (128, 1, 1), (128, 2, 7), (128, 8, None),
+    ]  # fmt: skip
+    assert picks[0]["m_tile"] == 64 and all(r["num_stages"] == 5 for r in picks[1:])
+    assert picks[1]["step_ms"] == pytest.approx(2 * (0.5 * 4 + 1.2))
+    path = tmp_path / "picked.json"
+    path.write_text(json.dumps([{k: v for k, v in r.items() if k not in bench.PICK_FIGURES} for r in picks]))
+    monkeypatch.setenv(block_kernel.TUNING_ENV, str(path))
+    assert block_kernel.default_tuning(128, 5) == block_kernel.Tuning(num_stages=5)
+    assert block_kernel.default_tuning(512, 16) == block_kernel.Tuning(m_tile=64)

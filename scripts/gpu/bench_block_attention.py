@@ -17,8 +17,10 @@ fp32 torch reference (at one context per kind). ``--sweep`` also times tuning va
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
+import math
 import multiprocessing
 import platform
 import time
@@ -145,10 +147,16 @@ def timed(make, kind_name: str, ctx: int, batch: int) -> float:
         for fn in fns:
             fn()
 
+    if DEVICE != "cuda":  # the CPU smoke run: one pass, wall clock
+        started = time.perf_counter()
+        run_all()
+        return (time.perf_counter() - started) * 1e3 / len(fns)
     return triton.testing.do_bench_cudagraph(run_all, rep=100, return_mode="median") / len(fns)
 
 
 def copy_bandwidth() -> float:
+    if DEVICE != "cuda":
+        return float("nan")
     x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     y = torch.empty_like(x)
     ms = triton.testing.do_bench(lambda: y.copy_(x), rep=200, return_mode="median")
@@ -231,6 +239,7 @@ def main() -> None:
     ap.add_argument("--sweep-min-splits", default="256")
     ap.add_argument("--sweep-programs-per-sm", default="2")
     ap.add_argument("--sweep-d-chunks", default="0", help="head-dim slices of the scores (0: whole), e.g. 0,64,128")
+    ap.add_argument("--pick-out", help="after the sweep, write the fastest variants here as a tuning file")
     ap.add_argument("--budget-s", type=float, default=300.0, help="no new row starts after this many seconds")
     ap.add_argument("--sweep-budget-s", type=float, default=150.0, help="the same for each sweep point")
     ap.add_argument(
@@ -242,7 +251,7 @@ def main() -> None:
     started = time.time()
     bandwidth = copy_bandwidth()
     result = {
-        "gpu": torch.cuda.get_device_name(),
+        "gpu": torch.cuda.get_device_name() if DEVICE == "cuda" else "none (CPU smoke run, Triton's interpreter)",
         "torch": torch.__version__,
         "triton": triton.__version__,
         "python": platform.python_version(),
@@ -302,7 +311,8 @@ def main() -> None:
             check = build(KINDS[name], ctx, batch, seed=123)  # each variant's error at the point's shapes
             check_ref = reference(check)
             started = time.time()
-            for tuning in tunings:
+            default = block_kernel.default_tuning(KINDS[name]["head_dim"], batch)
+            for tuning in [default] + [t for t in tunings if t != default]:
                 if time.time() - started > args.sweep_budget_s:
                     log(f"sweep {name} ctx={ctx} batch={batch}: budget spent, {tuning} and later not timed")
                     break
@@ -313,6 +323,7 @@ def main() -> None:
                 except Exception as e:  # a variant that does not compile (shared memory) is recorded, not fatal
                     log(f"sweep {name} {tuning}: {type(e).__name__}: {str(e)[:120]}")
                 row = {"kind": name, "context": ctx, "batch": batch, "ms": ms, "rel_err": err, **vars(tuning)}
+                row["default"] = tuning == default
                 result["sweep"].append(row)
             done = [
                 r for r in result["sweep"] if (r["kind"], r["context"], r["batch"]) == (name, ctx, batch) and r["ms"]
@@ -320,7 +331,52 @@ def main() -> None:
             if done:
                 log(f"sweep {name} ctx={ctx} batch={batch}: best {min(done, key=lambda r: r['ms'])}")
             save()
+        if args.pick_out:
+            result["picks"] = pick_tunings(result["sweep"])
+            with open(args.pick_out, "w") as f:  # what the kernel reads: the rows without their figures
+                json.dump([{k: v for k, v in r.items() if k not in PICK_FIGURES} for r in result["picks"]], f, indent=1)
+            for row in result["picks"]:
+                log(f"pick: {row}")
     save()
+
+
+PICK_FIGURES = ("swept_batch", "step_ms")
+PICK_ERR_LIMIT = 4e-3  # bf16 against the fp32 reference: the defaults and SGLang's extend kernel measured 2.1-2.3e-3
+
+
+def pick_tunings(sweep: list) -> list:
+    """A tuning file (block_kernel.tuning_file_rows) from sweep rows: per head dim and swept batch, the variant
+    timed at every point of that batch (all kinds of that head dim) with the least time per step (ms x layers),
+    among those whose error is at most max(PICK_ERR_LIMIT, 1.25 x the default's at the point), never above 1e-2. A batch's rows
+    cover the batches nearer to it than to the next swept one (geometric midpoint)."""
+    fields = [f.name for f in dataclasses.fields(block_kernel.Tuning)]
+    default_err = {(r["kind"], r["context"], r["batch"]): r["rel_err"] for r in sweep if r.get("default")}
+    by_group: dict = {}
+    for r in sweep:
+        if r["ms"] is None or r["rel_err"] is None:
+            continue
+        limit = min(1e-2, max(PICK_ERR_LIMIT, 1.25 * (default_err.get((r["kind"], r["context"], r["batch"])) or 0.0)))
+        group = by_group.setdefault((KINDS[r["kind"]]["head_dim"], r["batch"]), {"points": set(), "variants": {}})
+        point = (r["kind"], r["context"])
+        group["points"].add(point)
+        if r["rel_err"] <= limit:
+            variant = group["variants"].setdefault(tuple(r[f] for f in fields), {})
+            variant[point] = r["ms"] * KINDS[r["kind"]]["layers"]
+    picks = []
+    for head_dim in sorted({hd for hd, _ in by_group}, reverse=True):
+        batches = sorted(b for hd, b in by_group if hd == head_dim)
+        starts = [1] + [math.ceil(math.sqrt(a * b)) for a, b in zip(batches, batches[1:])]
+        for i, batch in enumerate(batches):
+            group = by_group[(head_dim, batch)]
+            complete = {v: sum(t.values()) for v, t in group["variants"].items() if set(t) == group["points"]}
+            if not complete:
+                continue
+            best = min(complete, key=complete.get)
+            row = {"head_dim": head_dim, "min_batch": starts[i]}
+            if i + 1 < len(batches):
+                row["max_batch"] = starts[i + 1] - 1
+            picks.append({**row, **dict(zip(fields, best)), "swept_batch": batch, "step_ms": complete[best]})
+    return picks
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ Both forwards run in ``TARGET_VERIFY`` mode through ``TritonAttnBackend.forward_
   dispatch for the duration of the call. The dispatch takes upstream's arguments and runs the block kernel, or hands
   the call back to upstream's kernel for anything the kernel does not do (logged once per reason).
 
-Under CUDA graphs all of this runs once, at capture. ``SGLANG_GEMMA4_DFLASH_BLOCK_ATTENTION=0`` turns it off.
+Under CUDA graphs all of this runs once, at capture. ``SGLANG_GEMMA4_DFLASH_BLOCK_ATTENTION=0`` turns it off;
+``SGLANG_GEMMA4_DFLASH_BLOCK_TUNING=FILE`` gives the kernel's tilings (read and checked when the backend is built).
 """
 
 from __future__ import annotations
@@ -52,8 +53,13 @@ def init_backend(original, self, *args, **kwargs):
     model_runner = inspect.signature(original).bind(self, *args, **kwargs).arguments["model_runner"]
     role = role_of(model_runner) if enabled() else None
     if role is not None:
+        from sglang_gemma4_dflash.attention import block_kernel
+
+        tunings = os.environ.get(block_kernel.TUNING_ENV, "")
+        rows = block_kernel.tuning_file_rows(tunings)  # a bad file stops the start here, naming the row
         setattr(self, _DISPATCH, BlockDispatch(self.extend_attention_fwd, role))
-        logger.info("sglang-gemma4-dflash: block attention kernel on for the Gemma 4 DFLASH %s.", role)
+        source = f" (tilings of {len(rows)} row(s) from {tunings})" if rows else ""
+        logger.info("sglang-gemma4-dflash: block attention kernel on for the Gemma 4 DFLASH %s%s.", role, source)
     return result
 
 

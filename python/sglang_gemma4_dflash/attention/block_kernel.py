@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+import os
 
 import torch
 import triton
@@ -29,6 +31,7 @@ import triton.language as tl
 LOG2E = 1.4426950408889634
 MAX_BLOCK = 32  # the most block tokens per request the kernel takes
 CPU_SMS = 132  # an H200's count, for the split plan when no GPU is there (tests under the interpreter)
+TUNING_ENV = "SGLANG_GEMMA4_DFLASH_BLOCK_TUNING"  # a JSON file of tilings that replace default_tuning's (tuning)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,12 +48,59 @@ class Tuning:
 
 
 def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
-    """Picked from sweeps on one H200 at Gemma-4-31B shapes (docs/gpu_runs.md sections 9, 11 and 12). 4-byte
-    elements (an fp32 model) get half the key tile and no pipelining, so the tiles still fit in shared memory."""
+    """Picked from sweeps on one H200 at Gemma-4-31B shapes (docs/gpu_runs.md sections 9, 11 and 12), or from the
+    file ``SGLANG_GEMMA4_DFLASH_BLOCK_TUNING`` names (16-bit elements only). 4-byte elements (an fp32 model) get
+    half the key tile and no pipelining, so the tiles still fit in shared memory."""
+    if elem_bytes <= 2:
+        for row in tuning_file_rows(os.environ.get(TUNING_ENV, "")):
+            if row["head_dim"] == head_dim and row["min_batch"] <= batch <= row["max_batch"]:
+                return row["tuning"]
     tuning = _default_tuning_16bit(head_dim, batch)
     if elem_bytes <= 2:
         return tuning
     return dataclasses.replace(tuning, block_n=max(16, tuning.block_n // 2), num_stages=1)
+
+
+_POW2_FIELDS = ("m_tile", "block_n", "dv_parts", "num_warps", "d_chunk")
+_LEAST = {"m_tile": 16, "block_n": 16, "d_chunk": 0}  # tl.dot's smallest tile; d_chunk 0: the whole head dim
+
+
+@functools.lru_cache(maxsize=4)
+def tuning_file_rows(path: str) -> tuple:
+    """The rows of a tuning file: a JSON list of ``{"head_dim", "min_batch", "max_batch", <Tuning fields>}`` (the
+    first row that covers a layer's head dim and batch size wins; a missing Tuning field keeps its class default).
+    ``bench_block_attention.py --pick-out`` writes one. Any fault raises one ValueError naming the row and field."""
+    if not path:
+        return ()
+    fix = f"fix the file or unset {TUNING_ENV}"
+    try:
+        with open(path) as f:
+            rows = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{TUNING_ENV}={path}: cannot read it as JSON ({e}); {fix}") from None
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{TUNING_ENV}={path}: expected a non-empty JSON list of rows; {fix}")
+    fields = {f.name for f in dataclasses.fields(Tuning)}
+    out = []
+    for i, row in enumerate(rows):
+        where = f"{TUNING_ENV}={path}: row {i}"
+        if not isinstance(row, dict) or "head_dim" not in row:
+            raise ValueError(f"{where} is not an object with a head_dim; {fix}")
+        unknown = sorted(set(row) - fields - {"head_dim", "min_batch", "max_batch"})
+        if unknown:
+            known = ", ".join(["head_dim", "min_batch", "max_batch", *sorted(fields)])
+            raise ValueError(f"{where}: unknown fields {unknown} (known: {known}); {fix}")
+        for name, value in row.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < _LEAST.get(name, 1):
+                raise ValueError(f"{where}: {name}={value!r}, must be an integer >= {_LEAST.get(name, 1)}; {fix}")
+            if name in _POW2_FIELDS and value & (value - 1):
+                raise ValueError(f"{where}: {name}={value} is not a power of two; {fix}")
+        lo, hi = row.get("min_batch", 1), row.get("max_batch", 1 << 30)
+        if lo > hi:
+            raise ValueError(f"{where}: min_batch={lo} > max_batch={hi}; {fix}")
+        tuning = Tuning(**{k: v for k, v in row.items() if k in fields})
+        out.append({"head_dim": row["head_dim"], "min_batch": lo, "max_batch": hi, "tuning": tuning})
+    return tuple(out)
 
 
 def _default_tuning_16bit(head_dim: int, batch: int) -> Tuning:
