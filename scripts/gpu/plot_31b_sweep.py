@@ -51,7 +51,11 @@ def c_panel(ax, line: str, rows: list[dict]) -> None:
 
 
 def attention_bars(rows: list[dict]) -> list[tuple[str, float]]:
-    attention = {(r["mode"], r["prompt_len"], r["batch"]): (r.get("breakdown") or {}).get("attention_ms") for r in rows}
+    attention = {}  # (mode, prompt, batch) -> attention_ms of a profiled row; unprofiled rows of the cell do not erase it
+    for r in rows:
+        att = (r.get("breakdown") or {}).get("attention_ms")
+        if att:
+            attention[(r["mode"], r["prompt_len"], r["batch"])] = att
     bars = []
     for (mode, p, b), att in sorted(attention.items(), key=lambda kv: (kv[0][1], kv[0][2])):
         plain = attention.get(("plain", p, b))
