@@ -51,14 +51,13 @@ def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
     """Picked from sweeps on one H200 at Gemma-4-31B shapes (docs/gpu_runs.md sections 9, 11, 12 and 14), or from the
     file ``SGLANG_GEMMA4_DFLASH_BLOCK_TUNING`` names (16-bit elements only). 4-byte elements (an fp32 model) get
     half the key tile and no pipelining, so the tiles still fit in shared memory."""
-    if elem_bytes <= 2:
-        for row in tuning_file_rows(os.environ.get(TUNING_ENV, "")):
-            if row["head_dim"] == head_dim and row["min_batch"] <= batch <= row["max_batch"]:
-                return row["tuning"]
     tuning = _default_tuning_16bit(head_dim, batch)
-    if elem_bytes <= 2:
-        return tuning
-    return dataclasses.replace(tuning, block_n=max(16, tuning.block_n // 2), num_stages=1)
+    if elem_bytes > 2:
+        return dataclasses.replace(tuning, block_n=max(16, tuning.block_n // 2), num_stages=1)
+    for row in tuning_file_rows(os.environ.get(TUNING_ENV, "")):
+        if row["head_dim"] == head_dim and row["min_batch"] <= batch <= row["max_batch"]:
+            return row["tuning"]
+    return tuning
 
 
 _POW2_FIELDS = ("m_tile", "block_n", "dv_parts", "num_warps", "d_chunk")
@@ -105,7 +104,7 @@ def tuning_file_rows(path: str) -> tuple:
 
 def _default_tuning_16bit(head_dim: int, batch: int) -> Tuning:
     if head_dim >= 512:  # the target's global layers
-        if batch == 1:  # the whole query tile held once, 32 splits of the context
+        if batch == 1:  # the whole query tile held once (no score slices), 8 warps
             return Tuning(m_tile=64, block_n=32, num_warps=8, num_stages=3)
         # row tile 64 + value halves + 64-wide score slices: wgmma, no register spills; one program per SM
         return Tuning(m_tile=64, block_n=32, num_warps=4, num_stages=5, dv_parts=2, d_chunk=64, programs_per_sm=1)
