@@ -8,6 +8,7 @@ whole contexts, blocks at the start of a context, ragged batches.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -129,6 +130,21 @@ def test_default_tunings_match_reference(name, dtype):
     assert err < limit, f"{name} {dtype} {tuning}: relative error {err:.2e}"
 
 
+@pytest.mark.skipif(
+    DEVICE == "cpu", reason="programmatic dependent launch: a GPU's (the interpreter has no griddepcontrol)"
+)
+@pytest.mark.parametrize("splits", [1, 3])
+def test_programmatic_dependent_launch(splits):
+    """Both passes launched early (``Tuning.pdl``) wait for what the kernels before them wrote."""
+    ctx, blocks, kwargs = CASES["ragged-blocks"]
+    case = make_case(ctx, blocks, device=DEVICE, seed=splits, **kwargs)
+    tuning = block_kernel.Tuning(min_split=16, block_n=16, pdl=1)
+    for _ in range(3):  # fresh inputs are written by the copy kernels just before each launch
+        case.q.copy_(torch.randn_like(case.q))
+        err = rel_err(run_kernel(case, splits=splits, tuning=tuning), reference(case))
+        assert err < 5e-3, f"relative error {err:.2e}"
+
+
 def test_scales_and_default_tuning():
     case = make_case([100, 3], [16, 16], num_heads=4, num_kv_heads=2, head_dim=64, device=DEVICE, seed=7)
     out = torch.empty_like(case.q)
@@ -201,13 +217,15 @@ def test_bad_arguments_are_named():
 
 
 def test_split_count_depends_on_shapes_only():
-    """The static split count (a CUDA graph's grid) comes from the batch and the heads, never from lengths."""
-    tuning = block_kernel.Tuning(programs_per_sm=2, max_splits=32)  # 264 programs
+    """The static split count (a CUDA graph's grid) comes from the batch and the heads, never from lengths, and
+    fills whole waves of programs: 2 x 132 SMs hold 264 at once."""
+    tuning = block_kernel.Tuning(programs_per_sm=2, max_splits=32)
     cpu = torch.device("cpu")
-    assert block_kernel.num_splits(1, 4, 4, tuning, cpu) == 17
-    assert block_kernel.num_splits(16, 4, 4, tuning, cpu) == 2
-    assert block_kernel.num_splits(64, 16, 1, tuning, cpu) == 1
-    assert block_kernel.num_splits(1, 1, 1, tuning, cpu) == 32
+    assert block_kernel.num_splits(1, 4, 4, tuning, cpu) == 16  # 256 programs, one wave (17 would take two)
+    assert block_kernel.num_splits(16, 4, 4, tuning, cpu) == 1  # 256 in one wave; more splits, more waves
+    assert block_kernel.num_splits(64, 16, 1, tuning, cpu) == 1  # 1024 programs: 4 waves whatever the count
+    assert block_kernel.num_splits(4, 4, 4, dataclasses.replace(tuning, programs_per_sm=1), cpu) == 2  # 128
+    assert block_kernel.num_splits(1, 1, 1, dataclasses.replace(tuning, max_splits=8), cpu) == 8
 
 
 def write_rows(tmp_path, rows, name="tunings.json") -> str:

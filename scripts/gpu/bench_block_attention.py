@@ -3,7 +3,7 @@ DFLASH verify runs without it) and SGLang's decode kernel (one query per request
 
     source scripts/gpu/setup_site.sh 0.5.17
     python3 scripts/gpu/bench_block_attention.py --out $OUT/block_attention.json [--contexts 64,2048,8192,32768]
-        [--batches 1,4,16] [--sweep]
+        [--batches 1,4,16] [--timed plugin,extend,decode] [--kernel OLD_block_kernel.py] [--sweep]
 
 Layer kinds (the 31B target: 50 sliding layers, 32 x 256 query heads over 16 KV heads, window 1024, which SGLang
 passes as 1023 with the last min(len, 1023) context tokens; 10 global layers, 32 x 512 over 4 KV heads; z-lab's 31B
@@ -12,6 +12,7 @@ Per kind, context and batch: each kernel's median time per layer (CUDA-graph rep
 cache to overflow L2, as consecutive layers do), the per-step total (time x layer count), the bytes one read of the
 KV cache takes against the measured copy bandwidth (the roofline), and each kernel's relative error against an
 fp32 torch reference (at one context per kind). ``--sweep`` also times tuning variants of the plugin's kernel.
+``--kernel`` times another copy of block_kernel.py as the plugin's (an earlier version: before and after on one card).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import itertools
 import json
 import math
 import multiprocessing
+import os
 import platform
+import sys
 import time
 
 import torch
@@ -188,15 +191,18 @@ SWEEP_GRID = {  # option -> Tuning field; each option is a comma list
     "min_splits": "min_split",
     "programs_per_sm": "programs_per_sm",
     "d_chunks": "d_chunk",
+    "pdls": "pdl",
 }
 
 
-def sweep_tunings(args) -> list:
-    """Every combination of the --sweep-* lists."""
-    names = list(SWEEP_GRID)
+def sweep_tunings(args, base=None, given=()) -> list:
+    """Every combination of the --sweep-* lists; with ``base`` (a point's default tiling), of the lists ``given``
+    on the command line only, the other fields kept from ``base``."""
+    names = [n for n in SWEEP_GRID if base is None or n in given]
     values = [[int(x) for x in getattr(args, f"sweep_{name}").split(",")] for name in names]
+    base = base or block_kernel.Tuning()
     return [
-        block_kernel.Tuning(**{SWEEP_GRID[n]: v for n, v in zip(names, combo)}) for combo in itertools.product(*values)
+        dataclasses.replace(base, **{SWEEP_GRID[n]: v for n, v in zip(names, c)}) for c in itertools.product(*values)
     ]
 
 
@@ -228,6 +234,8 @@ def main() -> None:
     ap.add_argument("--contexts", default="64,2048,8192,32768")
     ap.add_argument("--batches", default="1,4,16")
     ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--timed", default="plugin,extend,decode", help="the kernels each row times")
+    ap.add_argument("--kernel", help="time this copy of block_kernel.py as the plugin's kernel")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--sweep-kinds", default="target-sliding,target-global,draft-full")
     ap.add_argument("--sweep-points", default="8192x1,2048x16", help="context x batch pairs the sweep times")
@@ -239,6 +247,9 @@ def main() -> None:
     ap.add_argument("--sweep-min-splits", default="256")
     ap.add_argument("--sweep-programs-per-sm", default="2")
     ap.add_argument("--sweep-d-chunks", default="0", help="head-dim slices of the scores (0: whole), e.g. 0,64,128")
+    ap.add_argument("--sweep-pdls", default="0", help="programmatic dependent launch off/on, e.g. 0,1")
+    ap.add_argument("--sweep-around-default", action="store_true", help="vary only the lists given, from each "
+                    "point's default tiling")  # fmt: skip
     ap.add_argument("--pick-out", help="after the sweep, write the fastest variants here as a tuning file")
     ap.add_argument("--budget-s", type=float, default=300.0, help="no new row starts after this many seconds")
     ap.add_argument("--sweep-budget-s", type=float, default=150.0, help="the same for each sweep point")
@@ -246,6 +257,9 @@ def main() -> None:
         "--compile-workers", type=int, default=12, help="processes that compile a point's variants first (0: none)"
     )
     args = ap.parse_args()
+    if args.kernel:
+        use_kernel_file(args.kernel)
+    timed_kernels = set(args.timed.split(","))
     contexts = [int(x) for x in args.contexts.split(",")]
     batches = [int(x) for x in args.batches.split(",")]
     started = time.time()
@@ -257,6 +271,7 @@ def main() -> None:
         "python": platform.python_version(),
         "copy_bandwidth_bytes_per_s": bandwidth,
         "block": BLOCK,
+        "kernel_file": args.kernel,
         "kinds": KINDS,
         "rows": [],
         "errors": [],
@@ -287,15 +302,22 @@ def main() -> None:
             row = {"kind": name, "context": ctx, "batch": batch}
             row["bytes"] = kv_bytes(cases(name, ctx, batch)[0])
             row["roofline_ms"] = row["bytes"] / bandwidth * 1e3
-            row["plugin_ms"] = timed(ours, name, ctx, batch)
-            row["sglang_extend_ms"] = timed(sglang_extend, name, ctx, batch)
-            if name.startswith("target"):
+            row["tuning"] = vars(block_kernel.default_tuning(kind["head_dim"], batch))
+            if "plugin" in timed_kernels:
+                row["plugin_ms"] = timed(ours, name, ctx, batch)
+            if "extend" in timed_kernels:
+                row["sglang_extend_ms"] = timed(sglang_extend, name, ctx, batch)
+            if "decode" in timed_kernels and name.startswith("target"):
                 row["sglang_decode_ms"] = timed(sglang_decode, name, ctx, batch)
             for key in ("plugin_ms", "sglang_extend_ms", "sglang_decode_ms"):
                 if key in row:
                     row[key.replace("_ms", "_step_ms")] = row[key] * kind["layers"]
             result["rows"].append(row)
-            log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+            log(
+                " ".join(
+                    f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items() if k != "tuning"
+                )
+            )
         except torch.OutOfMemoryError:
             log(f"{name} ctx={ctx} batch={batch}: out of memory, skipped")
             _CASES.clear()
@@ -303,15 +325,16 @@ def main() -> None:
         save()
     if args.sweep:
         points = [tuple(int(x) for x in p.split("x")) for p in args.sweep_points.split(",")]
-        tunings = sweep_tunings(args)
+        given = [n for n in SWEEP_GRID if getattr(args, f"sweep_{n}") != ap.get_default(f"sweep_{n}")]
         for name, (ctx, batch) in itertools.product(args.sweep_kinds.split(","), points):
+            default = block_kernel.default_tuning(KINDS[name]["head_dim"], batch)
+            tunings = sweep_tunings(args, default, given) if args.sweep_around_default else sweep_tunings(args)
             if args.compile_workers > 0:
                 log(f"sweep {name} ctx={ctx} batch={batch}: {len(tunings)} variants compiled in "
                     f"{precompile(name, ctx, batch, tunings, args.compile_workers):.0f}s")  # fmt: skip
             check = build(KINDS[name], ctx, batch, seed=123)  # each variant's error at the point's shapes
             check_ref = reference(check)
             started = time.time()
-            default = block_kernel.default_tuning(KINDS[name]["head_dim"], batch)
             for tuning in [default] + [t for t in tunings if t != default]:
                 if time.time() - started > args.sweep_budget_s:
                     log(f"sweep {name} ctx={ctx} batch={batch}: budget spent, {tuning} and later not timed")
@@ -338,6 +361,15 @@ def main() -> None:
             for row in result["picks"]:
                 log(f"pick: {row}")
     save()
+
+
+def use_kernel_file(path: str) -> None:
+    """Make ``path`` (a copy of block_kernel.py) the kernel every row and sweep times."""
+    global block_kernel
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from kernel_resources import load_kernel_module
+
+    block_kernel = load_kernel_module(path)
 
 
 PICK_FIGURES = ("swept_batch", "step_ms")

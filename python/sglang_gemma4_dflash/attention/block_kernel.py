@@ -2,7 +2,8 @@
 
 A DFLASH verify (or draft) step attends a block of ``q <= 32`` new tokens per request to the request's context.
 This kernel reads the context once per KV head: one program takes ``M_TILE`` rows of (block position, query head
-of that KV head) and one split of the context; a second pass merges the splits by log-sum-exp.
+of that KV head) and one split of the request's keys (its context, then its block); a second pass merges the
+splits by log-sum-exp.
 
 Inputs follow SGLang's extend convention:
 - ``q [T, Hq, D]``, ``k_ext [T, Hkv, D]``, ``v_ext [T, Hkv, Dv]``: the block tokens of all requests; request ``b``
@@ -10,8 +11,9 @@ Inputs follow SGLang's extend convention:
 - ``k_buffer [slots, Hkv, D]``, ``v_buffer [slots, Hkv, Dv]``: the paged cache; request ``b``'s context is the
   ``L_b = kv_indptr[b + 1] - kv_indptr[b]`` slots ``kv_indices[kv_indptr[b]:kv_indptr[b + 1]]``, the last ``L_b``
   tokens before the block, in order.
-Query ``i`` of the block sees context token ``n`` iff ``L_b + i - n <= window`` (always when ``window < 0``) and
-block token ``j`` iff ``j <= i`` (when causal) and ``i - j <= window``.
+Key ``n`` of request ``b`` is context token ``n`` for ``n < L_b`` and block token ``n - L_b`` after; query ``i``
+sits at ``L_b + i`` and sees key ``n`` iff ``L_b + i - n <= window`` (always when ``window < 0``) and, when causal,
+``n <= L_b + i``.
 
 Shapes passed to the kernels depend only on the batch size and the model, never on lengths, so the launches can
 be captured in a CUDA graph.
@@ -27,6 +29,7 @@ import os
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 LOG2E = 1.4426950408889634
 MAX_BLOCK = 32  # the most block tokens per request the kernel takes
@@ -38,13 +41,14 @@ TUNING_ENV = "SGLANG_GEMMA4_DFLASH_BLOCK_TUNING"  # a JSON file of tilings that 
 class Tuning:
     m_tile: int = 32  # rows (block position x query head) per program
     block_n: int = 32  # context tokens per inner step
-    min_split: int = 256  # fewest context tokens worth a split of their own
-    programs_per_sm: int = 2  # splits are added until about this many programs per SM run
+    min_split: int = 256  # fewest keys worth a split of their own
+    programs_per_sm: int = 2  # programs one SM holds at once (shared memory, registers): the split count's waves
     max_splits: int = 32
     num_warps: int = 4
     num_stages: int = 2
     dv_parts: int = 1  # programs sharing one row tile, each with a slice of the value dim (smaller accumulators)
     d_chunk: int = 0  # >0: scores summed over head-dim slices this wide (smaller key tiles); 0: the whole head dim
+    pdl: int = 0  # 1: programmatic dependent launch (sm_90+): each pass launches while the kernel before it ends
 
 
 def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
@@ -105,7 +109,7 @@ def tuning_file_rows(path: str) -> tuple:
 def _default_tuning_16bit(head_dim: int, batch: int) -> Tuning:
     if head_dim >= 512:  # the target's global layers
         if batch == 1:  # the whole query tile held once (no score slices), 8 warps
-            return Tuning(m_tile=64, block_n=32, num_warps=8, num_stages=3)
+            return Tuning(m_tile=64, block_n=32, num_warps=8, num_stages=3, programs_per_sm=1)
         # row tile 64 + value halves + 64-wide score slices: wgmma, no register spills; one program per SM
         return Tuning(m_tile=64, block_n=32, num_warps=4, num_stages=5, dv_parts=2, d_chunk=64, programs_per_sm=1)
     if head_dim >= 256:  # the target's sliding layers; 128-wide score slices
@@ -117,12 +121,12 @@ def _default_tuning_16bit(head_dim: int, batch: int) -> Tuning:
 
 
 @triton.jit
-def _split_plan(ctx_len, num_splits, WINDOW: tl.constexpr, MIN_SPLIT: tl.constexpr, BLOCK_N: tl.constexpr):
-    """(first visible context token, tokens per split, splits used) of one request; both passes call it."""
+def _split_plan(ctx_len, n_q, num_splits, WINDOW: tl.constexpr, MIN_SPLIT: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(first visible key, keys per split, splits used) of one request; both passes call it."""
     lo = 0
     if WINDOW >= 0:
         lo = tl.maximum(ctx_len - WINDOW, 0)
-    span = ctx_len - lo
+    span = ctx_len + n_q - lo
     used = tl.minimum(tl.maximum((span + MIN_SPLIT - 1) // MIN_SPLIT, 1), num_splits)
     per_split = ((span + used - 1) // used + BLOCK_N - 1) // BLOCK_N * BLOCK_N
     used = tl.maximum((span + per_split - 1) // tl.maximum(per_split, 1), 1)
@@ -213,7 +217,11 @@ def _block_attn_fwd(
     WINDOW: tl.constexpr,
     CAUSAL: tl.constexpr,
     DIRECT: tl.constexpr,  # one split for every request: no second pass
+    PDL: tl.constexpr,
 ):
+    if PDL:  # launched early: wait for the kernels before (q, k, v, the cache), then let the merge launch
+        gdc_wait()
+        gdc_launch_dependents()
     chunk = tl.program_id(0) // DV_PARTS
     dv_part = tl.program_id(0) % DV_PARTS
     req = tl.program_id(1) // NUM_KV_HEADS
@@ -223,7 +231,7 @@ def _block_attn_fwd(
     n_q = tl.load(qo_indptr + req + 1) - q_start
     kv_start = tl.load(kv_indptr + req)
     ctx_len = tl.load(kv_indptr + req + 1) - kv_start
-    lo, per_split, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
+    lo, per_split, used = _split_plan(ctx_len, n_q, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
     if split >= used or chunk * M_TILE >= n_q * G:
         return
 
@@ -231,6 +239,7 @@ def _block_attn_fwd(
     pos = rows // G  # block position of each row
     head = kv_head * G + rows % G
     row_ok = pos < n_q
+    q_at = ctx_len + pos  # each row's position among the request's keys
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = dv_part * BLOCK_DV + tl.arange(0, BLOCK_DV)
     d_ok = offs_d < D
@@ -245,44 +254,32 @@ def _block_attn_fwd(
     l_i = tl.zeros([M_TILE], tl.float32)
     acc = tl.zeros([M_TILE, BLOCK_DV], tl.float32)
 
-    # The context: tokens [start, end) of the visible span.
+    # Keys [start, end) of this split: a context key is read from the cache through its slot, a block key from
+    # the block's own rows.
     start = lo + split * per_split
-    end = tl.minimum(start + per_split, ctx_len)
+    end = tl.minimum(start + per_split, ctx_len + n_q)
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         n_ok = offs_n < end
-        slot = tl.load(kv_indices + kv_start + offs_n, mask=n_ok, other=0).to(tl.int64)
-        k_cols = K_buf + slot[None, :] * stride_kbt + kv_head * stride_kbh
-        qk = _scores(q, q_rows, k_cols, row_ok, n_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_N) * qk_scale
+        in_ctx = offs_n < ctx_len
+        slot = tl.load(kv_indices + kv_start + offs_n, mask=n_ok & in_ctx, other=0)
+        at = tl.where(in_ctx, slot, q_start + offs_n - ctx_len).to(tl.int64)  # cache slot or block row
+        k_cols = tl.where(
+            in_ctx, K_buf + at * stride_kbt + kv_head * stride_kbh, K_ext + at * stride_kt + kv_head * stride_kh
+        )
+        v_rows = tl.where(
+            in_ctx, V_buf + at * stride_vbt + kv_head * stride_vbh, V_ext + at * stride_vt + kv_head * stride_vh
+        )
+        qk = _scores(q, q_rows, k_cols[None, :], row_ok, n_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_N) * qk_scale
         visible = row_ok[:, None] & n_ok[None, :]
-        if WINDOW >= 0:
-            visible &= (ctx_len + pos)[:, None] - offs_n[None, :] <= WINDOW
-        v = tl.load(
-            V_buf + slot[:, None] * stride_vbt + kv_head * stride_vbh + offs_dv[None, :],
-            mask=n_ok[:, None] & dv_ok[None, :],
-            other=0.0,
-        )
-        m_i, l_i, acc = _online_softmax_step(qk, visible, m_i, l_i, acc, v.to(Q.dtype.element_ty))
-
-    # The block's own tokens, in the last split.
-    if split == used - 1:
-        offs_j = tl.arange(0, BLOCK_Q)
-        j_ok = offs_j < n_q
-        k_cols = K_ext + (q_start + offs_j)[None, :].to(tl.int64) * stride_kt + kv_head * stride_kh
-        qk = _scores(q, q_rows, k_cols, row_ok, j_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_Q) * qk_scale
-        visible = row_ok[:, None] & j_ok[None, :]
         if CAUSAL:
-            visible &= offs_j[None, :] <= pos[:, None]
+            visible &= offs_n[None, :] <= q_at[:, None]
         if WINDOW >= 0:
-            visible &= pos[:, None] - offs_j[None, :] <= WINDOW
-        v = tl.load(
-            V_ext + (q_start + offs_j)[:, None].to(tl.int64) * stride_vt + kv_head * stride_vh + offs_dv[None, :],
-            mask=j_ok[:, None] & dv_ok[None, :],
-            other=0.0,
-        )
+            visible &= q_at[:, None] - offs_n[None, :] <= WINDOW
+        v = tl.load(v_rows[:, None] + offs_dv[None, :], mask=n_ok[:, None] & dv_ok[None, :], other=0.0)
         m_i, l_i, acc = _online_softmax_step(qk, visible, m_i, l_i, acc, v.to(Q.dtype.element_ty))
 
-    if DIRECT or used == 1:  # the whole context in this program: the normalised output, no merge
+    if DIRECT or used == 1:  # all the request's keys in this program: the normalised output, no merge
         out = acc * (v_scale / tl.where(l_i == 0.0, 1.0, l_i))[:, None]
         tl.store(
             O + (q_start + pos)[:, None].to(tl.int64) * stride_ot + head[:, None] * stride_oh + offs_dv[None, :],
@@ -318,7 +315,10 @@ def _block_attn_reduce(
     BLOCK_N: tl.constexpr,
     MIN_SPLIT: tl.constexpr,
     WINDOW: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:  # launched while the first pass runs: wait for its partials
+        gdc_wait()
     req = tl.program_id(0)
     q_head = tl.program_id(1)
     pos = tl.program_id(2)
@@ -326,7 +326,7 @@ def _block_attn_reduce(
     if pos >= tl.load(qo_indptr + req + 1) - q_start:
         return
     ctx_len = tl.load(kv_indptr + req + 1) - tl.load(kv_indptr + req)
-    _, _, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
+    _, _, used = _split_plan(ctx_len, tl.load(qo_indptr + req + 1) - q_start, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
     if used == 1:  # the first pass wrote this request's output
         return
 
@@ -361,13 +361,17 @@ def _sm_count(device_index: int) -> int:
 
 
 def num_splits(batch: int, num_kv_heads: int, row_chunks: int, tuning: Tuning, device: torch.device) -> int:
-    """Static split count for a launch: enough programs to fill the GPU at this batch size (lengths ignored)."""
+    """Static split count for a launch (lengths ignored, so one CUDA graph serves them all). The programs run in
+    waves of ``programs_per_sm`` x SMs and a split's work shrinks as 1 / splits, so the count with the least
+    waves / splits wins; a count within 5% of that least, the smallest one, is taken (fewer partials to merge)."""
     sms = CPU_SMS
     if device.type == "cuda":
         sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    programs = tuning.programs_per_sm * sms
+    slots = tuning.programs_per_sm * sms
     per_split = max(1, batch * num_kv_heads * row_chunks)
-    return max(1, min(tuning.max_splits, triton.cdiv(programs, per_split)))
+    cost = {s: triton.cdiv(per_split * s, slots) / s for s in range(1, max(1, tuning.max_splits) + 1)}
+    least = min(cost.values())
+    return min(s for s, c in cost.items() if c <= 1.05 * least)
 
 
 def fwd_constants(
@@ -399,6 +403,7 @@ def fwd_constants(
         MIN_SPLIT=tuning.min_split,
         WINDOW=int(window),
         CAUSAL=bool(causal),
+        PDL=bool(tuning.pdl),
     )
 
 
@@ -475,6 +480,7 @@ def block_attention(
         DIRECT=direct,
         num_warps=tuning.num_warps,
         num_stages=tuning.num_stages,
+        launch_pdl=bool(tuning.pdl),
         **c,
     )
     if not direct:
@@ -496,6 +502,8 @@ def block_attention(
             BLOCK_N=c["BLOCK_N"],
             MIN_SPLIT=c["MIN_SPLIT"],
             WINDOW=c["WINDOW"],
+            PDL=bool(tuning.pdl),
             num_warps=4 if block_dv >= 256 else 2,
+            launch_pdl=bool(tuning.pdl),
         )
     return o
