@@ -19,7 +19,7 @@ timeout 40 $B --kernel .gpu-site/old_block_kernel.py --out $R/rows_old_global.js
 timeout 30 $B --kernel .gpu-site/old_block_kernel.py --out $R/rows_old_other.json --kinds target-sliding,draft-sliding,draft-full --contexts 64,2048 --batches 1,4,16 --timed plugin --budget-s 20 > $R/log_rows_old_o.txt 2>&1
 S="$B --contexts 64 --batches 1 --kinds draft-full --timed plugin --budget-s 1 --sweep --sweep-around-default --compile-workers 16 --sweep-budget-s 12"
 timeout 50 $S --out $R/sweep_global_b1.json --sweep-kinds target-global --sweep-points 64x1,2048x1,8192x1,32768x1 --sweep-programs-per-sm 1,2 --sweep-min-splits 64,256,512 > $R/log_sw_g1.txt 2>&1
-timeout 50 $S --out $R/sweep_pdl.json --sweep-kinds target-sliding,target-global,draft-sliding --sweep-points 64x1,2048x4 --sweep-pdls 0,1 > $R/log_sw_pdl.txt 2>&1
+timeout 50 $S --out $R/sweep_pdl.json --sweep-kinds target-sliding,target-global,draft-sliding --sweep-points 64x1,2048x4 --sweep-pdls 0,1 --sweep-block-in-loops 0,1 > $R/log_sw_pdl.txt 2>&1
 timeout 30 $S --out $R/sweep_pps_bn.json --sweep-kinds target-sliding,target-global --sweep-points 2048x4,32768x4 --sweep-programs-per-sm 1,2 > $R/log_sw_pps.txt 2>&1
 timeout 45 $S --out $R/sweep_global_m128.json --sweep-kinds target-global --sweep-points 32768x16,8192x16,32768x4 --sweep-m-tiles 128 --sweep-block-ns 16,32 --sweep-warps 8 --sweep-stages 2,3 --sweep-budget-s 8 > $R/log_sw_m128.txt 2>&1
 grep -h "best\|budget\|Error\|rror" $R/log_sw_*.txt | cut -c1-250

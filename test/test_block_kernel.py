@@ -68,12 +68,20 @@ CASES = {
 }
 
 
+@pytest.fixture(params=["block-in-loop", "block-loop-apart"])
+def block_in_loop(request, monkeypatch) -> int:
+    """Both forms of the key loop: the block's keys in the context loop (forced where this Triton would not
+    pipeline it) or in a loop of their own."""
+    monkeypatch.setattr(block_kernel, "BLOCK_IN_LOOP_PIPELINES", True)
+    return int(request.param == "block-in-loop")
+
+
 @pytest.mark.parametrize("splits", [1, 3, None], ids=["one-split", "three-splits", "auto-splits"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_matches_reference_fp32(name, splits):
+def test_matches_reference_fp32(name, splits, block_in_loop):
     ctx, blocks, kwargs = CASES[name]
     case = make_case(ctx, blocks, device=DEVICE, seed=len(name), **kwargs)
-    tuning = block_kernel.Tuning(min_split=16, block_n=16)  # several splits even for these short contexts
+    tuning = block_kernel.Tuning(min_split=16, block_n=16, block_in_loop=block_in_loop)  # several splits even here
     err = rel_err(run_kernel(case, splits=splits, tuning=tuning), reference(case))
     assert err < (1e-5 if DEVICE == "cpu" else 5e-3), f"{name}: relative error {err:.2e}"
 
@@ -170,7 +178,7 @@ def test_blocks_shorter_than_max_block_leave_other_rows_alone():
 
 @pytest.mark.parametrize("window", [-1, 20])
 @pytest.mark.parametrize("causal", [True, False])
-def test_matches_sglang_extend_kernel(causal, window):
+def test_matches_sglang_extend_kernel(causal, window, block_in_loop):
     """Same arguments, same answer as SGLang's own extend kernel (the one the kernel stands in for)."""
     from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
 
@@ -185,7 +193,7 @@ def test_matches_sglang_extend_kernel(causal, window):
         device=DEVICE,
         seed=11,
     )
-    ours = run_kernel(case, splits=3, tuning=block_kernel.Tuning(min_split=16, block_n=16))
+    ours = run_kernel(case, splits=3, tuning=block_kernel.Tuning(min_split=16, block_n=16, block_in_loop=block_in_loop))
     args = case.kernel_args()
     extend_attention_fwd(
         *args, None, causal, None, case.max_block, 1.0, 1.0, sm_scale=case.sm_scale, sliding_window_size=window

@@ -33,6 +33,9 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 LOG2E = 1.4426950408889634
 MAX_BLOCK = 32  # the most block tokens per request the kernel takes
+# Triton 3.8's pipeliner leaves a loop unpipelined when a load's address picks between two tensors (the cache or the
+# block's rows), so there the block's keys get a loop of their own (scripts/kernel_resources.py shows it: lookahead).
+BLOCK_IN_LOOP_PIPELINES = triton.__version__.startswith("3.6.")
 CPU_SMS = 132  # an H200's count, for the split plan when no GPU is there (tests under the interpreter)
 TUNING_ENV = "SGLANG_GEMMA4_DFLASH_BLOCK_TUNING"  # a JSON file of tilings that replace default_tuning's (tuning)
 
@@ -49,6 +52,7 @@ class Tuning:
     dv_parts: int = 1  # programs sharing one row tile, each with a slice of the value dim (smaller accumulators)
     d_chunk: int = 0  # >0: scores summed over head-dim slices this wide (smaller key tiles); 0: the whole head dim
     pdl: int = 0  # 1: programmatic dependent launch (sm_90+): each pass launches while the kernel before it ends
+    block_in_loop: int = 1  # 1: the block's keys in the context loop (where Triton pipelines that loop: 3.6)
 
 
 def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
@@ -174,6 +178,23 @@ def _online_softmax_step(qk, visible, m_i, l_i, acc, v):
     return m_new, l_i, acc
 
 
+@triton.jit
+def _key_tile(
+    q, q_rows, k_cols, v_rows, offs_n, n_ok, q_at, row_ok, offs_dv, dv_ok, qk_scale, m_i, l_i, acc,
+    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr, M_TILE: tl.constexpr, BLOCK_N: tl.constexpr,
+    WINDOW: tl.constexpr, CAUSAL: tl.constexpr,
+):  # fmt: skip
+    """One tile of keys (``k_cols`` / ``v_rows`` point at each key's first element) folded into (m, l, acc)."""
+    qk = _scores(q, q_rows, k_cols[None, :], row_ok, n_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_N) * qk_scale
+    visible = row_ok[:, None] & n_ok[None, :]
+    if CAUSAL:
+        visible &= offs_n[None, :] <= q_at[:, None]
+    if WINDOW >= 0:
+        visible &= q_at[:, None] - offs_n[None, :] <= WINDOW
+    v = tl.load(v_rows[:, None] + offs_dv[None, :], mask=n_ok[:, None] & dv_ok[None, :], other=0.0)
+    return _online_softmax_step(qk, visible, m_i, l_i, acc, v.to(q_rows.dtype.element_ty))
+
+
 @triton.jit(do_not_specialize=["num_splits"])  # one compile for every batch size of a CUDA-graph capture
 def _block_attn_fwd(
     Q,
@@ -216,6 +237,7 @@ def _block_attn_fwd(
     MIN_SPLIT: tl.constexpr,
     WINDOW: tl.constexpr,
     CAUSAL: tl.constexpr,
+    BLOCK_IN_LOOP: tl.constexpr,  # the block's keys in the context loop, or in a loop of their own
     DIRECT: tl.constexpr,  # one split for every request: no second pass
     PDL: tl.constexpr,
 ):
@@ -258,26 +280,35 @@ def _block_attn_fwd(
     # the block's own rows.
     start = lo + split * per_split
     end = tl.minimum(start + per_split, ctx_len + n_q)
-    for n0 in range(start, end, BLOCK_N):
+    loop_end = end if BLOCK_IN_LOOP else tl.minimum(end, ctx_len)
+    for n0 in range(start, loop_end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < end
+        n_ok = offs_n < loop_end
         in_ctx = offs_n < ctx_len
         slot = tl.load(kv_indices + kv_start + offs_n, mask=n_ok & in_ctx, other=0)
-        at = tl.where(in_ctx, slot, q_start + offs_n - ctx_len).to(tl.int64)  # cache slot or block row
-        k_cols = tl.where(
-            in_ctx, K_buf + at * stride_kbt + kv_head * stride_kbh, K_ext + at * stride_kt + kv_head * stride_kh
-        )
-        v_rows = tl.where(
-            in_ctx, V_buf + at * stride_vbt + kv_head * stride_vbh, V_ext + at * stride_vt + kv_head * stride_vh
-        )
-        qk = _scores(q, q_rows, k_cols[None, :], row_ok, n_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_N) * qk_scale
-        visible = row_ok[:, None] & n_ok[None, :]
-        if CAUSAL:
-            visible &= offs_n[None, :] <= q_at[:, None]
-        if WINDOW >= 0:
-            visible &= q_at[:, None] - offs_n[None, :] <= WINDOW
-        v = tl.load(v_rows[:, None] + offs_dv[None, :], mask=n_ok[:, None] & dv_ok[None, :], other=0.0)
-        m_i, l_i, acc = _online_softmax_step(qk, visible, m_i, l_i, acc, v.to(Q.dtype.element_ty))
+        if BLOCK_IN_LOOP:
+            at = tl.where(in_ctx, slot, q_start + offs_n - ctx_len).to(tl.int64)  # cache slot or block row
+            k_cols = tl.where(
+                in_ctx, K_buf + at * stride_kbt + kv_head * stride_kbh, K_ext + at * stride_kt + kv_head * stride_kh
+            )
+            v_rows = tl.where(
+                in_ctx, V_buf + at * stride_vbt + kv_head * stride_vbh, V_ext + at * stride_vt + kv_head * stride_vh
+            )
+        else:
+            k_cols = K_buf + slot.to(tl.int64) * stride_kbt + kv_head * stride_kbh
+            v_rows = V_buf + slot.to(tl.int64) * stride_vbt + kv_head * stride_vbh
+        m_i, l_i, acc = _key_tile(
+            q, q_rows, k_cols, v_rows, offs_n, n_ok, q_at, row_ok, offs_dv, dv_ok, qk_scale, m_i, l_i, acc,
+            D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_N, WINDOW, CAUSAL,
+        )  # fmt: skip
+    if not BLOCK_IN_LOOP and end > ctx_len:  # this split's block keys, as one tile
+        offs_n = tl.maximum(start, ctx_len) + tl.arange(0, BLOCK_Q)
+        row = (q_start + offs_n - ctx_len).to(tl.int64)
+        m_i, l_i, acc = _key_tile(
+            q, q_rows, K_ext + row * stride_kt + kv_head * stride_kh, V_ext + row * stride_vt + kv_head * stride_vh,
+            offs_n, offs_n < end, q_at, row_ok, offs_dv, dv_ok, qk_scale, m_i, l_i, acc,
+            D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_Q, WINDOW, CAUSAL,
+        )  # fmt: skip
 
     if DIRECT or used == 1:  # all the request's keys in this program: the normalised output, no merge
         out = acc * (v_scale / tl.where(l_i == 0.0, 1.0, l_i))[:, None]
@@ -403,6 +434,7 @@ def fwd_constants(
         MIN_SPLIT=tuning.min_split,
         WINDOW=int(window),
         CAUSAL=bool(causal),
+        BLOCK_IN_LOOP=bool(tuning.block_in_loop) and BLOCK_IN_LOOP_PIPELINES,
         PDL=bool(tuning.pdl),
     )
 
