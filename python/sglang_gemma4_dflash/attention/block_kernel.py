@@ -70,6 +70,7 @@ def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
 
 _POW2_FIELDS = ("m_tile", "block_n", "dv_parts", "num_warps", "d_chunk")
 _LEAST = {"m_tile": 16, "block_n": 16, "d_chunk": 0}  # tl.dot's smallest tile; d_chunk 0: the whole head dim
+_FLAGS = ("pdl", "block_in_loop")  # 0 or 1
 
 
 @functools.lru_cache(maxsize=4)
@@ -98,8 +99,11 @@ def tuning_file_rows(path: str) -> tuple:
             known = ", ".join(["head_dim", "min_batch", "max_batch", *sorted(fields)])
             raise ValueError(f"{where}: unknown fields {unknown} (known: {known}); {fix}")
         for name, value in row.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < _LEAST.get(name, 1):
-                raise ValueError(f"{where}: {name}={value!r}, must be an integer >= {_LEAST.get(name, 1)}; {fix}")
+            least = 0 if name in _FLAGS else _LEAST.get(name, 1)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"{where}: {name}={value!r}, must be an integer >= {least}; {fix}")
+            if name in _FLAGS and value not in (0, 1):
+                raise ValueError(f"{where}: {name}={value!r}, must be 0 or 1; {fix}")
             if name in _POW2_FIELDS and value & (value - 1):
                 raise ValueError(f"{where}: {name}={value} is not a power of two; {fix}")
         lo, hi = row.get("min_batch", 1), row.get("max_batch", 1 << 30)
