@@ -56,8 +56,9 @@ class Tuning:
 
 
 def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
-    """Picked from sweeps on one H200 at Gemma-4-31B shapes (docs/gpu_runs.md sections 9, 11, 12 and 14), or from the
-    file ``SGLANG_GEMMA4_DFLASH_BLOCK_TUNING`` names (16-bit elements only). 4-byte elements (an fp32 model) get
+    """Picked from sweeps on one H200 at Gemma-4-31B shapes (docs/gpu_runs.md sections 9, 11, 12 and 14;
+    ``programs_per_sm``: what one SM holds of each tiling, from scripts/kernel_resources.py), or from the file
+    ``SGLANG_GEMMA4_DFLASH_BLOCK_TUNING`` names (16-bit elements only). 4-byte elements (an fp32 model) get
     half the key tile and no pipelining, so the tiles still fit in shared memory."""
     tuning = _default_tuning_16bit(head_dim, batch)
     if elem_bytes > 2:
@@ -120,10 +121,10 @@ def _default_tuning_16bit(head_dim: int, batch: int) -> Tuning:
             return Tuning(m_tile=64, block_n=32, num_warps=8, num_stages=3, programs_per_sm=1)
         # row tile 64 + value halves + 64-wide score slices: wgmma, no register spills; one program per SM
         return Tuning(m_tile=64, block_n=32, num_warps=4, num_stages=5, dv_parts=2, d_chunk=64, programs_per_sm=1)
-    if head_dim >= 256:  # the target's sliding layers; 128-wide score slices
+    if head_dim >= 256:  # the target's sliding layers; 128-wide score slices (two programs per SM fit at batch > 1)
         if batch == 1:  # few programs: smaller row tiles give more of them
             return Tuning(m_tile=16, block_n=64, num_warps=8, num_stages=5, d_chunk=128, programs_per_sm=1)
-        return Tuning(m_tile=32, block_n=64, num_warps=4, num_stages=3, d_chunk=128, programs_per_sm=1)
+        return Tuning(m_tile=32, block_n=64, num_warps=4, num_stages=3, d_chunk=128, programs_per_sm=2)
     # the draft (head dim 128, 8 query heads per KV head: row tile 64 gives wgmma)
     return Tuning(m_tile=64, block_n=32 if 1 < batch < 8 else 64, num_warps=4, num_stages=3)
 
