@@ -8,7 +8,6 @@ whole contexts, blocks at the start of a context, ragged batches.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -68,20 +67,12 @@ CASES = {
 }
 
 
-@pytest.fixture(params=["block-in-loop", "block-loop-apart"])
-def block_in_loop(request, monkeypatch) -> int:
-    """Both forms of the key loop: the block's keys in the context loop (forced where this Triton would not
-    pipeline it) or in a loop of their own."""
-    monkeypatch.setattr(block_kernel, "BLOCK_IN_LOOP_PIPELINES", True)
-    return int(request.param == "block-in-loop")
-
-
 @pytest.mark.parametrize("splits", [1, 3, None], ids=["one-split", "three-splits", "auto-splits"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_matches_reference_fp32(name, splits, block_in_loop):
+def test_matches_reference_fp32(name, splits):
     ctx, blocks, kwargs = CASES[name]
     case = make_case(ctx, blocks, device=DEVICE, seed=len(name), **kwargs)
-    tuning = block_kernel.Tuning(min_split=16, block_n=16, block_in_loop=block_in_loop)  # several splits even here
+    tuning = block_kernel.Tuning(min_split=16, block_n=16)  # several splits even for these short contexts
     err = rel_err(run_kernel(case, splits=splits, tuning=tuning), reference(case))
     assert err < (1e-5 if DEVICE == "cpu" else 5e-3), f"{name}: relative error {err:.2e}"
 
@@ -178,7 +169,7 @@ def test_blocks_shorter_than_max_block_leave_other_rows_alone():
 
 @pytest.mark.parametrize("window", [-1, 20])
 @pytest.mark.parametrize("causal", [True, False])
-def test_matches_sglang_extend_kernel(causal, window, block_in_loop):
+def test_matches_sglang_extend_kernel(causal, window):
     """Same arguments, same answer as SGLang's own extend kernel (the one the kernel stands in for)."""
     from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
 
@@ -193,7 +184,7 @@ def test_matches_sglang_extend_kernel(causal, window, block_in_loop):
         device=DEVICE,
         seed=11,
     )
-    ours = run_kernel(case, splits=3, tuning=block_kernel.Tuning(min_split=16, block_n=16, block_in_loop=block_in_loop))
+    ours = run_kernel(case, splits=3, tuning=block_kernel.Tuning(min_split=16, block_n=16))
     args = case.kernel_args()
     extend_attention_fwd(
         *args, None, causal, None, case.max_block, 1.0, 1.0, sm_scale=case.sm_scale, sliding_window_size=window
@@ -225,15 +216,13 @@ def test_bad_arguments_are_named():
 
 
 def test_split_count_depends_on_shapes_only():
-    """The static split count (a CUDA graph's grid) comes from the batch and the heads, never from lengths, and
-    fills whole waves of programs: 2 x 132 SMs hold 264 at once."""
-    tuning = block_kernel.Tuning(programs_per_sm=2, max_splits=32)
+    """The static split count (a CUDA graph's grid) comes from the batch and the heads, never from lengths."""
+    tuning = block_kernel.Tuning(programs_per_sm=2, max_splits=32)  # 264 programs
     cpu = torch.device("cpu")
-    assert block_kernel.num_splits(1, 4, 4, tuning, cpu) == 16  # 256 programs, one wave (17 would take two)
-    assert block_kernel.num_splits(16, 4, 4, tuning, cpu) == 1  # 256 in one wave; more splits, more waves
-    assert block_kernel.num_splits(64, 16, 1, tuning, cpu) == 1  # 1024 programs: 4 waves whatever the count
-    assert block_kernel.num_splits(4, 4, 4, dataclasses.replace(tuning, programs_per_sm=1), cpu) == 2  # 128
-    assert block_kernel.num_splits(1, 1, 1, dataclasses.replace(tuning, max_splits=8), cpu) == 8
+    assert block_kernel.num_splits(1, 4, 4, tuning, cpu) == 17
+    assert block_kernel.num_splits(16, 4, 4, tuning, cpu) == 2
+    assert block_kernel.num_splits(64, 16, 1, tuning, cpu) == 1
+    assert block_kernel.num_splits(1, 1, 1, tuning, cpu) == 32
 
 
 def write_rows(tmp_path, rows, name="tunings.json") -> str:
@@ -277,6 +266,7 @@ BAD_TUNING_FILES = {  # file content -> what the one error names
     '[{"head_dim": 64, "d_chunk": -64}]': "d_chunk=-64, must be an integer >= 0",
     '[{"head_dim": "512"}]': "head_dim='512', must be an integer",
     '[{"head_dim": 64, "min_batch": 8, "max_batch": 2}]': "min_batch=8 > max_batch=2",
+    '[{"head_dim": 64, "pdl": 2}]': "pdl=2, must be 0 or 1",
 }
 
 

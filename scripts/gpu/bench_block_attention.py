@@ -192,7 +192,6 @@ SWEEP_GRID = {  # option -> Tuning field; each option is a comma list
     "programs_per_sm": "programs_per_sm",
     "d_chunks": "d_chunk",
     "pdls": "pdl",
-    "block_in_loops": "block_in_loop",
 }
 
 
@@ -249,7 +248,6 @@ def main() -> None:
     ap.add_argument("--sweep-programs-per-sm", default="2")
     ap.add_argument("--sweep-d-chunks", default="0", help="head-dim slices of the scores (0: whole), e.g. 0,64,128")
     ap.add_argument("--sweep-pdls", default="0", help="programmatic dependent launch off/on, e.g. 0,1")
-    ap.add_argument("--sweep-block-in-loops", default="1", help="the block's keys in the context loop or apart: 0,1")
     ap.add_argument("--sweep-around-default", action="store_true", help="vary only the lists given, from each "
                     "point's default tiling")  # fmt: skip
     ap.add_argument("--pick-out", help="after the sweep, write the fastest variants here as a tuning file")

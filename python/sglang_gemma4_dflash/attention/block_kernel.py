@@ -2,8 +2,7 @@
 
 A DFLASH verify (or draft) step attends a block of ``q <= 32`` new tokens per request to the request's context.
 This kernel reads the context once per KV head: one program takes ``M_TILE`` rows of (block position, query head
-of that KV head) and one split of the request's keys (its context, then its block); a second pass merges the
-splits by log-sum-exp.
+of that KV head) and one split of the context; a second pass merges the splits by log-sum-exp.
 
 Inputs follow SGLang's extend convention:
 - ``q [T, Hq, D]``, ``k_ext [T, Hkv, D]``, ``v_ext [T, Hkv, Dv]``: the block tokens of all requests; request ``b``
@@ -11,9 +10,8 @@ Inputs follow SGLang's extend convention:
 - ``k_buffer [slots, Hkv, D]``, ``v_buffer [slots, Hkv, Dv]``: the paged cache; request ``b``'s context is the
   ``L_b = kv_indptr[b + 1] - kv_indptr[b]`` slots ``kv_indices[kv_indptr[b]:kv_indptr[b + 1]]``, the last ``L_b``
   tokens before the block, in order.
-Key ``n`` of request ``b`` is context token ``n`` for ``n < L_b`` and block token ``n - L_b`` after; query ``i``
-sits at ``L_b + i`` and sees key ``n`` iff ``L_b + i - n <= window`` (always when ``window < 0``) and, when causal,
-``n <= L_b + i``.
+Query ``i`` of the block sees context token ``n`` iff ``L_b + i - n <= window`` (always when ``window < 0``) and
+block token ``j`` iff ``j <= i`` (when causal) and ``i - j <= window``.
 
 Shapes passed to the kernels depend only on the batch size and the model, never on lengths, so the launches can
 be captured in a CUDA graph.
@@ -33,9 +31,6 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 LOG2E = 1.4426950408889634
 MAX_BLOCK = 32  # the most block tokens per request the kernel takes
-# Triton 3.8's pipeliner leaves a loop unpipelined when a load's address picks between two tensors (the cache or the
-# block's rows), so there the block's keys get a loop of their own (scripts/kernel_resources.py shows it: lookahead).
-BLOCK_IN_LOOP_PIPELINES = triton.__version__.startswith("3.6.")
 CPU_SMS = 132  # an H200's count, for the split plan when no GPU is there (tests under the interpreter)
 TUNING_ENV = "SGLANG_GEMMA4_DFLASH_BLOCK_TUNING"  # a JSON file of tilings that replace default_tuning's (tuning)
 
@@ -44,21 +39,19 @@ TUNING_ENV = "SGLANG_GEMMA4_DFLASH_BLOCK_TUNING"  # a JSON file of tilings that 
 class Tuning:
     m_tile: int = 32  # rows (block position x query head) per program
     block_n: int = 32  # context tokens per inner step
-    min_split: int = 256  # fewest keys worth a split of their own
-    programs_per_sm: int = 2  # programs one SM holds at once (shared memory, registers): the split count's waves
+    min_split: int = 256  # fewest context tokens worth a split of their own
+    programs_per_sm: int = 2  # splits are added until about this many programs per SM run
     max_splits: int = 32
     num_warps: int = 4
     num_stages: int = 2
     dv_parts: int = 1  # programs sharing one row tile, each with a slice of the value dim (smaller accumulators)
     d_chunk: int = 0  # >0: scores summed over head-dim slices this wide (smaller key tiles); 0: the whole head dim
     pdl: int = 0  # 1: programmatic dependent launch (sm_90+): each pass launches while the kernel before it ends
-    block_in_loop: int = 1  # 1: the block's keys in the context loop (where Triton pipelines that loop: 3.6)
 
 
 def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
-    """Picked from sweeps on one H200 at Gemma-4-31B shapes (docs/gpu_runs.md sections 9, 11, 12 and 14;
-    ``programs_per_sm``: what one SM holds of each tiling, from scripts/kernel_resources.py), or from the file
-    ``SGLANG_GEMMA4_DFLASH_BLOCK_TUNING`` names (16-bit elements only). 4-byte elements (an fp32 model) get
+    """Picked from sweeps on one H200 at Gemma-4-31B shapes (docs/gpu_runs.md sections 9, 11, 12 and 14), or from the
+    file ``SGLANG_GEMMA4_DFLASH_BLOCK_TUNING`` names (16-bit elements only). 4-byte elements (an fp32 model) get
     half the key tile and no pipelining, so the tiles still fit in shared memory."""
     tuning = _default_tuning_16bit(head_dim, batch)
     if elem_bytes > 2:
@@ -70,8 +63,7 @@ def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
 
 
 _POW2_FIELDS = ("m_tile", "block_n", "dv_parts", "num_warps", "d_chunk")
-_LEAST = {"m_tile": 16, "block_n": 16, "d_chunk": 0}  # tl.dot's smallest tile; d_chunk 0: the whole head dim
-_FLAGS = ("pdl", "block_in_loop")  # 0 or 1
+_LEAST = {"m_tile": 16, "block_n": 16, "d_chunk": 0, "pdl": 0}  # tl.dot's smallest tile; d_chunk 0: the whole head dim
 
 
 @functools.lru_cache(maxsize=4)
@@ -100,11 +92,10 @@ def tuning_file_rows(path: str) -> tuple:
             known = ", ".join(["head_dim", "min_batch", "max_batch", *sorted(fields)])
             raise ValueError(f"{where}: unknown fields {unknown} (known: {known}); {fix}")
         for name, value in row.items():
-            least = 0 if name in _FLAGS else _LEAST.get(name, 1)
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise ValueError(f"{where}: {name}={value!r}, must be an integer >= {least}; {fix}")
-            if name in _FLAGS and value not in (0, 1):
-                raise ValueError(f"{where}: {name}={value!r}, must be 0 or 1; {fix}")
+            if not isinstance(value, int) or isinstance(value, bool) or value < _LEAST.get(name, 1):
+                raise ValueError(f"{where}: {name}={value!r}, must be an integer >= {_LEAST.get(name, 1)}; {fix}")
+            if name == "pdl" and value > 1:
+                raise ValueError(f"{where}: pdl={value}, must be 0 or 1; {fix}")
             if name in _POW2_FIELDS and value & (value - 1):
                 raise ValueError(f"{where}: {name}={value} is not a power of two; {fix}")
         lo, hi = row.get("min_batch", 1), row.get("max_batch", 1 << 30)
@@ -118,24 +109,24 @@ def tuning_file_rows(path: str) -> tuple:
 def _default_tuning_16bit(head_dim: int, batch: int) -> Tuning:
     if head_dim >= 512:  # the target's global layers
         if batch == 1:  # the whole query tile held once (no score slices), 8 warps
-            return Tuning(m_tile=64, block_n=32, num_warps=8, num_stages=3, programs_per_sm=1)
+            return Tuning(m_tile=64, block_n=32, num_warps=8, num_stages=3)
         # row tile 64 + value halves + 64-wide score slices: wgmma, no register spills; one program per SM
         return Tuning(m_tile=64, block_n=32, num_warps=4, num_stages=5, dv_parts=2, d_chunk=64, programs_per_sm=1)
-    if head_dim >= 256:  # the target's sliding layers; 128-wide score slices (two programs per SM fit at batch > 1)
+    if head_dim >= 256:  # the target's sliding layers; 128-wide score slices
         if batch == 1:  # few programs: smaller row tiles give more of them
             return Tuning(m_tile=16, block_n=64, num_warps=8, num_stages=5, d_chunk=128, programs_per_sm=1)
-        return Tuning(m_tile=32, block_n=64, num_warps=4, num_stages=3, d_chunk=128, programs_per_sm=2)
+        return Tuning(m_tile=32, block_n=64, num_warps=4, num_stages=3, d_chunk=128, programs_per_sm=1)
     # the draft (head dim 128, 8 query heads per KV head: row tile 64 gives wgmma)
     return Tuning(m_tile=64, block_n=32 if 1 < batch < 8 else 64, num_warps=4, num_stages=3)
 
 
 @triton.jit
-def _split_plan(ctx_len, n_q, num_splits, WINDOW: tl.constexpr, MIN_SPLIT: tl.constexpr, BLOCK_N: tl.constexpr):
-    """(first visible key, keys per split, splits used) of one request; both passes call it."""
+def _split_plan(ctx_len, num_splits, WINDOW: tl.constexpr, MIN_SPLIT: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(first visible context token, tokens per split, splits used) of one request; both passes call it."""
     lo = 0
     if WINDOW >= 0:
         lo = tl.maximum(ctx_len - WINDOW, 0)
-    span = ctx_len + n_q - lo
+    span = ctx_len - lo
     used = tl.minimum(tl.maximum((span + MIN_SPLIT - 1) // MIN_SPLIT, 1), num_splits)
     per_split = ((span + used - 1) // used + BLOCK_N - 1) // BLOCK_N * BLOCK_N
     used = tl.maximum((span + per_split - 1) // tl.maximum(per_split, 1), 1)
@@ -183,23 +174,6 @@ def _online_softmax_step(qk, visible, m_i, l_i, acc, v):
     return m_new, l_i, acc
 
 
-@triton.jit
-def _key_tile(
-    q, q_rows, k_cols, v_rows, offs_n, n_ok, q_at, row_ok, offs_dv, dv_ok, qk_scale, m_i, l_i, acc,
-    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr, M_TILE: tl.constexpr, BLOCK_N: tl.constexpr,
-    WINDOW: tl.constexpr, CAUSAL: tl.constexpr,
-):  # fmt: skip
-    """One tile of keys (``k_cols`` / ``v_rows`` point at each key's first element) folded into (m, l, acc)."""
-    qk = _scores(q, q_rows, k_cols[None, :], row_ok, n_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_N) * qk_scale
-    visible = row_ok[:, None] & n_ok[None, :]
-    if CAUSAL:
-        visible &= offs_n[None, :] <= q_at[:, None]
-    if WINDOW >= 0:
-        visible &= q_at[:, None] - offs_n[None, :] <= WINDOW
-    v = tl.load(v_rows[:, None] + offs_dv[None, :], mask=n_ok[:, None] & dv_ok[None, :], other=0.0)
-    return _online_softmax_step(qk, visible, m_i, l_i, acc, v.to(q_rows.dtype.element_ty))
-
-
 @triton.jit(do_not_specialize=["num_splits"])  # one compile for every batch size of a CUDA-graph capture
 def _block_attn_fwd(
     Q,
@@ -242,7 +216,6 @@ def _block_attn_fwd(
     MIN_SPLIT: tl.constexpr,
     WINDOW: tl.constexpr,
     CAUSAL: tl.constexpr,
-    BLOCK_IN_LOOP: tl.constexpr,  # the block's keys in the context loop, or in a loop of their own
     DIRECT: tl.constexpr,  # one split for every request: no second pass
     PDL: tl.constexpr,
 ):
@@ -258,7 +231,7 @@ def _block_attn_fwd(
     n_q = tl.load(qo_indptr + req + 1) - q_start
     kv_start = tl.load(kv_indptr + req)
     ctx_len = tl.load(kv_indptr + req + 1) - kv_start
-    lo, per_split, used = _split_plan(ctx_len, n_q, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
+    lo, per_split, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
     if split >= used or chunk * M_TILE >= n_q * G:
         return
 
@@ -266,7 +239,6 @@ def _block_attn_fwd(
     pos = rows // G  # block position of each row
     head = kv_head * G + rows % G
     row_ok = pos < n_q
-    q_at = ctx_len + pos  # each row's position among the request's keys
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = dv_part * BLOCK_DV + tl.arange(0, BLOCK_DV)
     d_ok = offs_d < D
@@ -281,41 +253,44 @@ def _block_attn_fwd(
     l_i = tl.zeros([M_TILE], tl.float32)
     acc = tl.zeros([M_TILE, BLOCK_DV], tl.float32)
 
-    # Keys [start, end) of this split: a context key is read from the cache through its slot, a block key from
-    # the block's own rows.
+    # The context: tokens [start, end) of the visible span.
     start = lo + split * per_split
-    end = tl.minimum(start + per_split, ctx_len + n_q)
-    loop_end = end if BLOCK_IN_LOOP else tl.minimum(end, ctx_len)
-    for n0 in range(start, loop_end, BLOCK_N):
+    end = tl.minimum(start + per_split, ctx_len)
+    for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < loop_end
-        in_ctx = offs_n < ctx_len
-        slot = tl.load(kv_indices + kv_start + offs_n, mask=n_ok & in_ctx, other=0)
-        if BLOCK_IN_LOOP:
-            at = tl.where(in_ctx, slot, q_start + offs_n - ctx_len).to(tl.int64)  # cache slot or block row
-            k_cols = tl.where(
-                in_ctx, K_buf + at * stride_kbt + kv_head * stride_kbh, K_ext + at * stride_kt + kv_head * stride_kh
-            )
-            v_rows = tl.where(
-                in_ctx, V_buf + at * stride_vbt + kv_head * stride_vbh, V_ext + at * stride_vt + kv_head * stride_vh
-            )
-        else:
-            k_cols = K_buf + slot.to(tl.int64) * stride_kbt + kv_head * stride_kbh
-            v_rows = V_buf + slot.to(tl.int64) * stride_vbt + kv_head * stride_vbh
-        m_i, l_i, acc = _key_tile(
-            q, q_rows, k_cols, v_rows, offs_n, n_ok, q_at, row_ok, offs_dv, dv_ok, qk_scale, m_i, l_i, acc,
-            D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_N, WINDOW, CAUSAL,
-        )  # fmt: skip
-    if not BLOCK_IN_LOOP and end > ctx_len:  # this split's block keys, as one tile
-        offs_n = tl.maximum(start, ctx_len) + tl.arange(0, BLOCK_Q)
-        row = (q_start + offs_n - ctx_len).to(tl.int64)
-        m_i, l_i, acc = _key_tile(
-            q, q_rows, K_ext + row * stride_kt + kv_head * stride_kh, V_ext + row * stride_vt + kv_head * stride_vh,
-            offs_n, offs_n < end, q_at, row_ok, offs_dv, dv_ok, qk_scale, m_i, l_i, acc,
-            D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_Q, WINDOW, CAUSAL,
-        )  # fmt: skip
+        n_ok = offs_n < end
+        slot = tl.load(kv_indices + kv_start + offs_n, mask=n_ok, other=0).to(tl.int64)
+        k_cols = K_buf + slot[None, :] * stride_kbt + kv_head * stride_kbh
+        qk = _scores(q, q_rows, k_cols, row_ok, n_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_N) * qk_scale
+        visible = row_ok[:, None] & n_ok[None, :]
+        if WINDOW >= 0:
+            visible &= (ctx_len + pos)[:, None] - offs_n[None, :] <= WINDOW
+        v = tl.load(
+            V_buf + slot[:, None] * stride_vbt + kv_head * stride_vbh + offs_dv[None, :],
+            mask=n_ok[:, None] & dv_ok[None, :],
+            other=0.0,
+        )
+        m_i, l_i, acc = _online_softmax_step(qk, visible, m_i, l_i, acc, v.to(Q.dtype.element_ty))
 
-    if DIRECT or used == 1:  # all the request's keys in this program: the normalised output, no merge
+    # The block's own tokens, in the last split.
+    if split == used - 1:
+        offs_j = tl.arange(0, BLOCK_Q)
+        j_ok = offs_j < n_q
+        k_cols = K_ext + (q_start + offs_j)[None, :].to(tl.int64) * stride_kt + kv_head * stride_kh
+        qk = _scores(q, q_rows, k_cols, row_ok, j_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_Q) * qk_scale
+        visible = row_ok[:, None] & j_ok[None, :]
+        if CAUSAL:
+            visible &= offs_j[None, :] <= pos[:, None]
+        if WINDOW >= 0:
+            visible &= pos[:, None] - offs_j[None, :] <= WINDOW
+        v = tl.load(
+            V_ext + (q_start + offs_j)[:, None].to(tl.int64) * stride_vt + kv_head * stride_vh + offs_dv[None, :],
+            mask=j_ok[:, None] & dv_ok[None, :],
+            other=0.0,
+        )
+        m_i, l_i, acc = _online_softmax_step(qk, visible, m_i, l_i, acc, v.to(Q.dtype.element_ty))
+
+    if DIRECT or used == 1:  # the whole context in this program: the normalised output, no merge
         out = acc * (v_scale / tl.where(l_i == 0.0, 1.0, l_i))[:, None]
         tl.store(
             O + (q_start + pos)[:, None].to(tl.int64) * stride_ot + head[:, None] * stride_oh + offs_dv[None, :],
@@ -362,7 +337,7 @@ def _block_attn_reduce(
     if pos >= tl.load(qo_indptr + req + 1) - q_start:
         return
     ctx_len = tl.load(kv_indptr + req + 1) - tl.load(kv_indptr + req)
-    _, _, used = _split_plan(ctx_len, tl.load(qo_indptr + req + 1) - q_start, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
+    _, _, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
     if used == 1:  # the first pass wrote this request's output
         return
 
@@ -397,17 +372,13 @@ def _sm_count(device_index: int) -> int:
 
 
 def num_splits(batch: int, num_kv_heads: int, row_chunks: int, tuning: Tuning, device: torch.device) -> int:
-    """Static split count for a launch (lengths ignored, so one CUDA graph serves them all). The programs run in
-    waves of ``programs_per_sm`` x SMs and a split's work shrinks as 1 / splits, so the count with the least
-    waves / splits wins; a count within 5% of that least, the smallest one, is taken (fewer partials to merge)."""
+    """Static split count for a launch: enough programs to fill the GPU at this batch size (lengths ignored)."""
     sms = CPU_SMS
     if device.type == "cuda":
         sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    slots = tuning.programs_per_sm * sms
+    programs = tuning.programs_per_sm * sms
     per_split = max(1, batch * num_kv_heads * row_chunks)
-    cost = {s: triton.cdiv(per_split * s, slots) / s for s in range(1, max(1, tuning.max_splits) + 1)}
-    least = min(cost.values())
-    return min(s for s, c in cost.items() if c <= 1.05 * least)
+    return max(1, min(tuning.max_splits, triton.cdiv(programs, per_split)))
 
 
 def fwd_constants(
@@ -439,7 +410,6 @@ def fwd_constants(
         MIN_SPLIT=tuning.min_split,
         WINDOW=int(window),
         CAUSAL=bool(causal),
-        BLOCK_IN_LOOP=bool(tuning.block_in_loop) and BLOCK_IN_LOOP_PIPELINES,
         PDL=bool(tuning.pdl),
     )
 

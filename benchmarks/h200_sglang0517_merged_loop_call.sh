@@ -1,6 +1,8 @@
-# call 1b (docs/gpu_runs.md section 16): call 1 cut to what a short device budget holds. Identity (the kernel tests,
-# tiny text/mm DFLASH vs plain), then the verify's attention per layer kind with this kernel and with the previous
-# one (.gpu-site/old_block_kernel.py = main at 252faf9) on one card, SGLang's decode kernel beside them.
+# docs/gpu_runs.md section 16 (ran as `timeout 300 bash ...`; plugin wheel built from c2d3030):
+# identity (the kernel tests, tiny text/mm DFLASH vs plain), then the verify's attention per layer kind with the
+# merged-loop kernel and with the previous one (.gpu-site/old_block_kernel.py = main at 252faf9) on one card,
+# SGLang's decode kernel beside them. The 300 s ended it after the global layers' rows (no mm servers, no
+# sliding or draft rows).
 source scripts/gpu/setup_site.sh 0.5.17 >/dev/null || exit 1
 export PYTHONPATH=$PWD/testkit:$PYTHONPATH SGLANG_GEMMA4_DFLASH_PREBUILD_SAMPLING=0 HF_HUB_OFFLINE=1
 R=/tmp/r; mkdir -p $R
