@@ -129,21 +129,6 @@ def test_default_tunings_match_reference(name, dtype):
     assert err < limit, f"{name} {dtype} {tuning}: relative error {err:.2e}"
 
 
-@pytest.mark.skipif(
-    DEVICE == "cpu", reason="programmatic dependent launch: a GPU's (the interpreter has no griddepcontrol)"
-)
-@pytest.mark.parametrize("splits", [1, 3])
-def test_programmatic_dependent_launch(splits):
-    """Both passes launched early (``Tuning.pdl``) wait for what the kernels before them wrote."""
-    ctx, blocks, kwargs = CASES["ragged-blocks"]
-    case = make_case(ctx, blocks, device=DEVICE, seed=splits, **kwargs)
-    tuning = block_kernel.Tuning(min_split=16, block_n=16, pdl=1)
-    for _ in range(3):  # fresh inputs are written by the copy kernels just before each launch
-        case.q.copy_(torch.randn_like(case.q))
-        err = rel_err(run_kernel(case, splits=splits, tuning=tuning), reference(case))
-        assert err < 5e-3, f"relative error {err:.2e}"
-
-
 def test_scales_and_default_tuning():
     case = make_case([100, 3], [16, 16], num_heads=4, num_kv_heads=2, head_dim=64, device=DEVICE, seed=7)
     out = torch.empty_like(case.q)
@@ -266,7 +251,6 @@ BAD_TUNING_FILES = {  # file content -> what the one error names
     '[{"head_dim": 64, "d_chunk": -64}]': "d_chunk=-64, must be an integer >= 0",
     '[{"head_dim": "512"}]': "head_dim='512', must be an integer",
     '[{"head_dim": 64, "min_batch": 8, "max_batch": 2}]': "min_batch=8 > max_batch=2",
-    '[{"head_dim": 64, "pdl": 2}]': "pdl=2, must be 0 or 1",
 }
 
 

@@ -4,10 +4,12 @@ kernel reads. Timings themselves are the GPU's (docs/gpu_runs.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -95,3 +97,28 @@ def test_pick_out_writes_a_tuning_file_the_kernel_reads(tmp_path, monkeypatch):
     monkeypatch.setenv(block_kernel.TUNING_ENV, str(path))
     assert block_kernel.default_tuning(128, 5) == block_kernel.Tuning(num_stages=5)
     assert block_kernel.default_tuning(512, 16) == block_kernel.Tuning(m_tile=64)
+
+
+def test_sweep_around_a_default_varies_only_the_given_fields():
+    """``--sweep-around-default``: each point's default tiling with only the listed fields changed; without it,
+    every list's combination from the class defaults."""
+    args = types.SimpleNamespace(**{f"sweep_{n}": "1" for n in bench.SWEEP_GRID})
+    args.sweep_min_splits, args.sweep_programs_per_sm = "256,512", "1,2"
+    base = block_kernel.default_tuning(512, 4)
+    around = bench.sweep_tunings(args, base, ["min_splits"])
+    assert around == [dataclasses.replace(base, min_split=256), dataclasses.replace(base, min_split=512)]
+    whole = bench.sweep_tunings(args)
+    assert len(whole) == 4 and all(t.m_tile == 1 and t.d_chunk == 1 for t in whole)
+
+
+def test_bench_times_another_copy_of_the_kernel(tmp_path, monkeypatch):
+    """``--kernel FILE`` swaps the module every row times; with ``--sweep`` it is refused (the compile workers would
+    build the plugin's own kernel)."""
+    copy = tmp_path / "earlier_block_kernel.py"
+    copy.write_text(Path(block_kernel.__file__).read_text().replace("MAX_BLOCK = 32", "MAX_BLOCK = 31"))
+    monkeypatch.setattr(bench, "block_kernel", bench.block_kernel)  # restored after the test
+    bench.use_kernel_file(str(copy))
+    assert bench.block_kernel.MAX_BLOCK == 31 and bench.block_kernel is not block_kernel
+    monkeypatch.setattr(sys, "argv", ["bench", "--out", str(tmp_path / "x.json"), "--kernel", str(copy), "--sweep"])
+    with pytest.raises(SystemExit):
+        bench.main()

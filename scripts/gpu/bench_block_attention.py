@@ -191,7 +191,6 @@ SWEEP_GRID = {  # option -> Tuning field; each option is a comma list
     "min_splits": "min_split",
     "programs_per_sm": "programs_per_sm",
     "d_chunks": "d_chunk",
-    "pdls": "pdl",
 }
 
 
@@ -247,7 +246,6 @@ def main() -> None:
     ap.add_argument("--sweep-min-splits", default="256")
     ap.add_argument("--sweep-programs-per-sm", default="2")
     ap.add_argument("--sweep-d-chunks", default="0", help="head-dim slices of the scores (0: whole), e.g. 0,64,128")
-    ap.add_argument("--sweep-pdls", default="0", help="programmatic dependent launch off/on, e.g. 0,1")
     ap.add_argument("--sweep-around-default", action="store_true", help="vary only the lists given, from each "
                     "point's default tiling")  # fmt: skip
     ap.add_argument("--pick-out", help="after the sweep, write the fastest variants here as a tuning file")
@@ -257,6 +255,8 @@ def main() -> None:
         "--compile-workers", type=int, default=12, help="processes that compile a point's variants first (0: none)"
     )
     args = ap.parse_args()
+    if args.kernel and args.sweep:
+        ap.error("--kernel times rows only: the sweep's compile workers load the plugin's own kernel")
     if args.kernel:
         use_kernel_file(args.kernel)
     timed_kernels = set(args.timed.split(","))

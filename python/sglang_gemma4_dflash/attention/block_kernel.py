@@ -27,7 +27,6 @@ import os
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 LOG2E = 1.4426950408889634
 MAX_BLOCK = 32  # the most block tokens per request the kernel takes
@@ -46,7 +45,6 @@ class Tuning:
     num_stages: int = 2
     dv_parts: int = 1  # programs sharing one row tile, each with a slice of the value dim (smaller accumulators)
     d_chunk: int = 0  # >0: scores summed over head-dim slices this wide (smaller key tiles); 0: the whole head dim
-    pdl: int = 0  # 1: programmatic dependent launch (sm_90+): each pass launches while the kernel before it ends
 
 
 def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
@@ -63,7 +61,7 @@ def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
 
 
 _POW2_FIELDS = ("m_tile", "block_n", "dv_parts", "num_warps", "d_chunk")
-_LEAST = {"m_tile": 16, "block_n": 16, "d_chunk": 0, "pdl": 0}  # tl.dot's smallest tile; d_chunk 0: the whole head dim
+_LEAST = {"m_tile": 16, "block_n": 16, "d_chunk": 0}  # tl.dot's smallest tile; d_chunk 0: the whole head dim
 
 
 @functools.lru_cache(maxsize=4)
@@ -94,8 +92,6 @@ def tuning_file_rows(path: str) -> tuple:
         for name, value in row.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < _LEAST.get(name, 1):
                 raise ValueError(f"{where}: {name}={value!r}, must be an integer >= {_LEAST.get(name, 1)}; {fix}")
-            if name == "pdl" and value > 1:
-                raise ValueError(f"{where}: pdl={value}, must be 0 or 1; {fix}")
             if name in _POW2_FIELDS and value & (value - 1):
                 raise ValueError(f"{where}: {name}={value} is not a power of two; {fix}")
         lo, hi = row.get("min_batch", 1), row.get("max_batch", 1 << 30)
@@ -217,11 +213,7 @@ def _block_attn_fwd(
     WINDOW: tl.constexpr,
     CAUSAL: tl.constexpr,
     DIRECT: tl.constexpr,  # one split for every request: no second pass
-    PDL: tl.constexpr,
 ):
-    if PDL:  # launched early: wait for the kernels before (q, k, v, the cache), then let the merge launch
-        gdc_wait()
-        gdc_launch_dependents()
     chunk = tl.program_id(0) // DV_PARTS
     dv_part = tl.program_id(0) % DV_PARTS
     req = tl.program_id(1) // NUM_KV_HEADS
@@ -326,10 +318,7 @@ def _block_attn_reduce(
     BLOCK_N: tl.constexpr,
     MIN_SPLIT: tl.constexpr,
     WINDOW: tl.constexpr,
-    PDL: tl.constexpr,
 ):
-    if PDL:  # launched while the first pass runs: wait for its partials
-        gdc_wait()
     req = tl.program_id(0)
     q_head = tl.program_id(1)
     pos = tl.program_id(2)
@@ -410,7 +399,6 @@ def fwd_constants(
         MIN_SPLIT=tuning.min_split,
         WINDOW=int(window),
         CAUSAL=bool(causal),
-        PDL=bool(tuning.pdl),
     )
 
 
@@ -487,7 +475,6 @@ def block_attention(
         DIRECT=direct,
         num_warps=tuning.num_warps,
         num_stages=tuning.num_stages,
-        launch_pdl=bool(tuning.pdl),
         **c,
     )
     if not direct:
@@ -509,8 +496,6 @@ def block_attention(
             BLOCK_N=c["BLOCK_N"],
             MIN_SPLIT=c["MIN_SPLIT"],
             WINDOW=c["WINDOW"],
-            PDL=bool(tuning.pdl),
             num_warps=4 if block_dv >= 256 else 2,
-            launch_pdl=bool(tuning.pdl),
         )
     return o
