@@ -129,6 +129,19 @@ def test_default_tunings_match_reference(name, dtype):
     assert err < limit, f"{name} {dtype} {tuning}: relative error {err:.2e}"
 
 
+@pytest.mark.parametrize("splits", [1, 3], ids=["direct", "merged"])
+def test_programmatic_dependent_launch(splits):
+    """Both passes launched early (``Tuning.pdl``, a GPU's) still read what the copy just before them wrote: every
+    program waits for the kernel before it. Under the interpreter the flag is inert and the answer the same."""
+    ctx, blocks, kwargs = CASES["ragged-blocks"]
+    case = make_case(ctx, blocks, device=DEVICE, seed=splits, **kwargs)
+    tuning = block_kernel.Tuning(min_split=16, block_n=16, pdl=1)
+    for _ in range(3):
+        case.q.copy_(torch.randn_like(case.q))
+        err = rel_err(run_kernel(case, splits=splits, tuning=tuning), reference(case))
+        assert err < (1e-5 if DEVICE == "cpu" else 5e-3), f"relative error {err:.2e}"
+
+
 def test_scales_and_default_tuning():
     case = make_case([100, 3], [16, 16], num_heads=4, num_kv_heads=2, head_dim=64, device=DEVICE, seed=7)
     out = torch.empty_like(case.q)
@@ -201,13 +214,16 @@ def test_bad_arguments_are_named():
 
 
 def test_split_count_depends_on_shapes_only():
-    """The static split count (a CUDA graph's grid) comes from the batch and the heads, never from lengths."""
-    tuning = block_kernel.Tuning(programs_per_sm=2, max_splits=32)  # 264 programs
+    """The static split count (a CUDA graph's grid) comes from the batch and the heads, never from lengths: the
+    fewest splits whose programs fill whole waves best."""
+    tuning = block_kernel.Tuning(programs_per_sm=2, max_splits=32)  # 264 programs a wave
     cpu = torch.device("cpu")
-    assert block_kernel.num_splits(1, 4, 4, tuning, cpu) == 17
-    assert block_kernel.num_splits(16, 4, 4, tuning, cpu) == 2
+    assert block_kernel.num_splits(1, 4, 4, tuning, cpu) == 16  # 256 programs: one wave (17 would need two)
+    assert block_kernel.num_splits(16, 4, 4, tuning, cpu) == 1  # 256 programs a split: more splits, more waves
     assert block_kernel.num_splits(64, 16, 1, tuning, cpu) == 1
     assert block_kernel.num_splits(1, 1, 1, tuning, cpu) == 32
+    one_per_sm = block_kernel.Tuning(programs_per_sm=1)  # 132 a wave: 64 programs a split fill one wave twice
+    assert block_kernel.num_splits(4, 4, 4, one_per_sm, cpu) == 2  # not 3 (192 programs: two waves)
 
 
 def write_rows(tmp_path, rows, name="tunings.json") -> str:

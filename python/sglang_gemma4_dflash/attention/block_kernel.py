@@ -28,6 +28,22 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # grid dependency control (programmatic dependent launch): Triton 3.3+
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    HAS_GDC = True
+except ImportError:  # an older Triton: stand-ins no launch ever reaches (``PDL`` stays off)
+    HAS_GDC = False
+
+    @triton.jit
+    def gdc_wait():
+        pass
+
+    @triton.jit
+    def gdc_launch_dependents():
+        pass
+
+
 LOG2E = 1.4426950408889634
 MAX_BLOCK = 32  # the most block tokens per request the kernel takes
 CPU_SMS = 132  # an H200's count, for the split plan when no GPU is there (tests under the interpreter)
@@ -45,15 +61,19 @@ class Tuning:
     num_stages: int = 2
     dv_parts: int = 1  # programs sharing one row tile, each with a slice of the value dim (smaller accumulators)
     d_chunk: int = 0  # >0: scores summed over head-dim slices this wide (smaller key tiles); 0: the whole head dim
+    pdl: int = 0  # 1: programmatic dependent launch (sm_90+): each pass starts while the kernel before it ends
 
 
 def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
-    """Picked from sweeps on one H200 at Gemma-4-31B shapes (docs/gpu_runs.md sections 9, 11, 12 and 14), or from the
-    file ``SGLANG_GEMMA4_DFLASH_BLOCK_TUNING`` names (16-bit elements only). 4-byte elements (an fp32 model) get
-    half the key tile and no pipelining, so the tiles still fit in shared memory."""
+    """Picked from sweeps at Gemma-4-31B shapes (docs/gpu_runs.md: one H200, sections 9, 11, 12 and 14; one H100,
+    section 17: the global tile at batch >= 8, ``pdl``), or from the file ``SGLANG_GEMMA4_DFLASH_BLOCK_TUNING``
+    names (16-bit elements only). 4-byte elements (an fp32 model) get half the key tile, row tiles of at most 64
+    and no pipelining, so the tiles still fit in shared memory."""
     tuning = _default_tuning_16bit(head_dim, batch)
     if elem_bytes > 2:
-        return dataclasses.replace(tuning, block_n=max(16, tuning.block_n // 2), num_stages=1)
+        return dataclasses.replace(
+            tuning, m_tile=min(64, tuning.m_tile), block_n=max(16, tuning.block_n // 2), num_stages=1
+        )
     for row in tuning_file_rows(os.environ.get(TUNING_ENV, "")):
         if row["head_dim"] == head_dim and row["min_batch"] <= batch <= row["max_batch"]:
             return row["tuning"]
@@ -61,7 +81,7 @@ def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
 
 
 _POW2_FIELDS = ("m_tile", "block_n", "dv_parts", "num_warps", "d_chunk")
-_LEAST = {"m_tile": 16, "block_n": 16, "d_chunk": 0}  # tl.dot's smallest tile; d_chunk 0: the whole head dim
+_LEAST = {"m_tile": 16, "block_n": 16, "d_chunk": 0, "pdl": 0}  # tl.dot's smallest tile; d_chunk 0: whole head dim
 
 
 @functools.lru_cache(maxsize=4)
@@ -105,15 +125,17 @@ def tuning_file_rows(path: str) -> tuple:
 def _default_tuning_16bit(head_dim: int, batch: int) -> Tuning:
     if head_dim >= 512:  # the target's global layers
         if batch == 1:  # the whole query tile held once (no score slices), 8 warps
-            return Tuning(m_tile=64, block_n=32, num_warps=8, num_stages=3)
-        # row tile 64 + value halves + 64-wide score slices: wgmma, no register spills; one program per SM
-        return Tuning(m_tile=64, block_n=32, num_warps=4, num_stages=5, dv_parts=2, d_chunk=64, programs_per_sm=1)
+            return Tuning(m_tile=64, block_n=32, num_warps=8, num_stages=3, pdl=1)
+        if batch < 8:  # row tile 64 + value halves + 64-wide score slices: wgmma, no spills; one program per SM
+            return Tuning(64, 32, num_warps=4, num_stages=5, dv_parts=2, d_chunk=64, programs_per_sm=1, pdl=1)
+        # all 8 heads x 16 positions of a KV head in one tile (8 warps): each key tile read once per value half
+        return Tuning(128, 32, num_warps=8, num_stages=3, dv_parts=2, d_chunk=64, programs_per_sm=1, pdl=1)
     if head_dim >= 256:  # the target's sliding layers; 128-wide score slices
         if batch == 1:  # few programs: smaller row tiles give more of them
-            return Tuning(m_tile=16, block_n=64, num_warps=8, num_stages=5, d_chunk=128, programs_per_sm=1)
-        return Tuning(m_tile=32, block_n=64, num_warps=4, num_stages=3, d_chunk=128, programs_per_sm=1)
+            return Tuning(m_tile=16, block_n=64, num_warps=8, num_stages=5, d_chunk=128, programs_per_sm=1, pdl=1)
+        return Tuning(m_tile=32, block_n=64, num_warps=4, num_stages=3, d_chunk=128, programs_per_sm=2, pdl=1)
     # the draft (head dim 128, 8 query heads per KV head: row tile 64 gives wgmma)
-    return Tuning(m_tile=64, block_n=32 if 1 < batch < 8 else 64, num_warps=4, num_stages=3)
+    return Tuning(m_tile=64, block_n=32 if 1 < batch < 8 else 64, num_warps=4, num_stages=3, pdl=1)
 
 
 @triton.jit
@@ -213,6 +235,7 @@ def _block_attn_fwd(
     WINDOW: tl.constexpr,
     CAUSAL: tl.constexpr,
     DIRECT: tl.constexpr,  # one split for every request: no second pass
+    PDL: tl.constexpr,  # launched early; the lengths (forward metadata, written long before) are read before waiting
 ):
     chunk = tl.program_id(0) // DV_PARTS
     dv_part = tl.program_id(0) % DV_PARTS
@@ -224,6 +247,9 @@ def _block_attn_fwd(
     kv_start = tl.load(kv_indptr + req)
     ctx_len = tl.load(kv_indptr + req + 1) - kv_start
     lo, per_split, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
+    if PDL:  # every program waits for the kernel before (q, the block's keys), then lets the merge launch
+        gdc_wait()
+        gdc_launch_dependents()
     if split >= used or chunk * M_TILE >= n_q * G:
         return
 
@@ -318,16 +344,18 @@ def _block_attn_reduce(
     BLOCK_N: tl.constexpr,
     MIN_SPLIT: tl.constexpr,
     WINDOW: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     req = tl.program_id(0)
     q_head = tl.program_id(1)
     pos = tl.program_id(2)
     q_start = tl.load(qo_indptr + req)
-    if pos >= tl.load(qo_indptr + req + 1) - q_start:
-        return
+    n_q = tl.load(qo_indptr + req + 1) - q_start
     ctx_len = tl.load(kv_indptr + req + 1) - tl.load(kv_indptr + req)
     _, _, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
-    if used == 1:  # the first pass wrote this request's output
+    if PDL:  # every program waits for the first pass, so this kernel never ends before it
+        gdc_wait()
+    if pos >= n_q or used == 1:  # no such row, or the first pass wrote this request's output
         return
 
     kv_head = q_head // G
@@ -360,14 +388,26 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+@functools.lru_cache(maxsize=8)
+def pdl_supported(device: torch.device) -> bool:
+    """Programmatic dependent launch: a Hopper or newer GPU (the interpreter has no griddepcontrol)."""
+    return HAS_GDC and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
 def num_splits(batch: int, num_kv_heads: int, row_chunks: int, tuning: Tuning, device: torch.device) -> int:
-    """Static split count for a launch: enough programs to fill the GPU at this batch size (lengths ignored)."""
+    """Static split count for a launch (lengths ignored). A wave is ``programs_per_sm`` programs on every SM; for each
+    wave count, the most splits that fit it; of those, the fewest waves within 5% of the least ``waves / splits``."""
     sms = CPU_SMS
     if device.type == "cuda":
         sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    programs = tuning.programs_per_sm * sms
+    slots = tuning.programs_per_sm * sms
     per_split = max(1, batch * num_kv_heads * row_chunks)
-    return max(1, min(tuning.max_splits, triton.cdiv(programs, per_split)))
+    splits_for_waves = {}  # waves -> the most splits that take that many
+    for s in range(1, max(1, tuning.max_splits) + 1):
+        splits_for_waves[triton.cdiv(per_split * s, slots)] = s
+    cost = {w: w / s for w, s in splits_for_waves.items()}
+    least = min(cost.values())
+    return splits_for_waves[min(w for w, c in cost.items() if c <= 1.05 * least)]
 
 
 def fwd_constants(
@@ -399,6 +439,7 @@ def fwd_constants(
         MIN_SPLIT=tuning.min_split,
         WINDOW=int(window),
         CAUSAL=bool(causal),
+        PDL=bool(tuning.pdl),
     )
 
 
@@ -435,6 +476,7 @@ def block_attention(
         raise ValueError(f"block_attention: {num_heads} query heads do not group over {num_kv_heads} KV heads")
     tuning = tuning or default_tuning(head_dim, batch, q.element_size())
     c = fwd_constants(num_heads, num_kv_heads, head_dim, v_dim, max_block, tuning, window, causal)
+    c["PDL"] = pdl = c["PDL"] and pdl_supported(q.device)
     group, dv_parts, block_dv = c["G"], c["DV_PARTS"], c["BLOCK_DV"] * c["DV_PARTS"]
     row_chunks = triton.cdiv(group * max_block, c["M_TILE"])
     n_splits = splits or num_splits(batch, num_kv_heads, row_chunks * dv_parts, tuning, q.device)
@@ -475,6 +517,7 @@ def block_attention(
         DIRECT=direct,
         num_warps=tuning.num_warps,
         num_stages=tuning.num_stages,
+        launch_pdl=pdl,
         **c,
     )
     if not direct:
@@ -496,6 +539,8 @@ def block_attention(
             BLOCK_N=c["BLOCK_N"],
             MIN_SPLIT=c["MIN_SPLIT"],
             WINDOW=c["WINDOW"],
+            PDL=pdl,
             num_warps=4 if block_dv >= 256 else 2,
+            launch_pdl=pdl,
         )
     return o
