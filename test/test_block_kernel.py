@@ -222,7 +222,7 @@ def test_split_count_depends_on_shapes_only():
     assert block_kernel.num_splits(16, 4, 4, tuning, cpu) == 1  # 256 programs a split: more splits, more waves
     assert block_kernel.num_splits(64, 16, 1, tuning, cpu) == 1
     assert block_kernel.num_splits(1, 1, 1, tuning, cpu) == 32
-    one_per_sm = block_kernel.Tuning(programs_per_sm=1)  # 132 a wave: 64 programs a split fill one wave twice
+    one_per_sm = block_kernel.Tuning(programs_per_sm=1)  # 132 a wave: two splits of 64 programs fill one
     assert block_kernel.num_splits(4, 4, 4, one_per_sm, cpu) == 2  # not 3 (192 programs: two waves)
 
 

@@ -27,22 +27,7 @@ import os
 import torch
 import triton
 import triton.language as tl
-
-try:  # grid dependency control (programmatic dependent launch): Triton 3.3+
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-
-    HAS_GDC = True
-except ImportError:  # an older Triton: stand-ins no launch ever reaches (``PDL`` stays off)
-    HAS_GDC = False
-
-    @triton.jit
-    def gdc_wait():
-        pass
-
-    @triton.jit
-    def gdc_launch_dependents():
-        pass
-
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 LOG2E = 1.4426950408889634
 MAX_BLOCK = 32  # the most block tokens per request the kernel takes
@@ -391,19 +376,24 @@ def _sm_count(device_index: int) -> int:
 @functools.lru_cache(maxsize=8)
 def pdl_supported(device: torch.device) -> bool:
     """Programmatic dependent launch: a Hopper or newer GPU (the interpreter has no griddepcontrol)."""
-    return HAS_GDC and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def num_splits(batch: int, num_kv_heads: int, row_chunks: int, tuning: Tuning, device: torch.device) -> int:
-    """Static split count for a launch (lengths ignored). A wave is ``programs_per_sm`` programs on every SM; for each
-    wave count, the most splits that fit it; of those, the fewest waves within 5% of the least ``waves / splits``."""
+    """Static split count for a launch (lengths ignored): ``wave_filling_splits`` for this GPU's SMs."""
     sms = CPU_SMS
     if device.type == "cuda":
         sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    slots = tuning.programs_per_sm * sms
     per_split = max(1, batch * num_kv_heads * row_chunks)
+    return wave_filling_splits(per_split, tuning.programs_per_sm * sms, max(1, tuning.max_splits))
+
+
+@functools.lru_cache(maxsize=256)
+def wave_filling_splits(per_split: int, slots: int, max_splits: int) -> int:
+    """A wave is ``slots`` programs; for each wave count, the most splits that fit it; of those, the fewest waves
+    within 5% of the least ``waves / splits``."""
     splits_for_waves = {}  # waves -> the most splits that take that many
-    for s in range(1, max(1, tuning.max_splits) + 1):
+    for s in range(1, max_splits + 1):
         splits_for_waves[triton.cdiv(per_split * s, slots)] = s
     cost = {w: w / s for w, s in splits_for_waves.items()}
     least = min(cost.values())
