@@ -1,4 +1,4 @@
-# docs/gpu_runs.md section 17, call 3, on an H100; wheel: python/ as committed less the gdc import guard (run as `timeout 540 bash ...; tar czf $OUT/call3.tgz -C /tmp r`): the sliding
+# docs/gpu_runs.md section 17, call 3, on an H100; wheel: the kernel and split counts of python/ as committed (run as `timeout 540 bash ...; tar czf $OUT/call3.tgz -C /tmp r`): the sliding
 # layers' split count at batch > 1 (programs_per_sm 1 / 2, max_splits 3 / 32: 2, 3 or 4 splits at batch 4), then the
 # 31B step (dummy weights) plain and DFLASH with the new defaults, on the cells an 80 GB card holds.
 source scripts/gpu/setup_site.sh 0.5.17 >/dev/null || exit 1
