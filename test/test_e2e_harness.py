@@ -4,6 +4,7 @@ Real servers are exercised by test/registered/spec/test_gemma4_dflash_tiny.py an
 
 import json
 import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -234,3 +235,36 @@ def test_token_prompts_are_deterministic_and_in_range():
     assert a == e2e.token_prompts(50, [3, 70], seed=5) and [len(p) for p in a] == [3, 70]
     assert all(2 <= t < 50 for p in a for t in p)
     assert a != e2e.token_prompts(50, [3, 70], seed=6)
+
+
+SIGTERMED_SCRIPT = textwrap.dedent("""
+    import sys, time
+    from sglang_gemma4_dflash_testkit import e2e
+    e2e.stop_servers_on_sigterm()
+    server = e2e.Server("/m", ["--mode", "ok", "--child-pid-file", sys.argv[2]], launcher=sys.argv[1],
+                        ready_timeout=30, poll_interval=0.1).__enter__()
+    print(server.process.pid, flush=True)
+    time.sleep(600)
+""")
+
+
+def test_sigterm_stops_the_servers_a_script_started(launcher, tmp_path):
+    module, env = launcher
+    pid_file = tmp_path / "child.pid"
+    script = subprocess.Popen(
+        [sys.executable, "-c", SIGTERMED_SCRIPT, module, str(pid_file)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+    )
+    pgid = int(script.stdout.readline())
+    child = int(pid_file.read_text())
+    assert e2e.group_alive(pgid)
+    script.terminate()  # what `timeout` sends
+    assert script.wait(timeout=30) == 143
+    deadline = time.monotonic() + 10  # the killed child is reaped by init, not at once
+    while e2e.group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not e2e.group_alive(pgid), "the server's group outlived the SIGTERMed script"
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)

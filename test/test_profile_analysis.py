@@ -139,3 +139,30 @@ def test_attention_kernels_are_summed_per_category(tmp_path):
         t.launch(s + 1_500, 15_000, "gemm")
     result = profile.analyse(t.write(tmp_path / "a.json.gz"), dflash=True)
     assert result["attention_ms"] == {"target": pytest.approx(0.22), "draft": pytest.approx(0.04)}
+
+
+# two decode lines of the 0.5.17 DFLASH server at 8192 x 16 (H200, section 18): two requests waited the whole cell
+QUEUED_LOG = """\
+[2026-12-05 16:57:12] Decode batch, #running-req: 14, #full token: 115220, full token usage: 0.32, #swa token: 14854, \
+swa token usage: 0.41, accept len: 1.00, accept rate: 0.00, cuda graph: True, gen throughput (token/s): 7.72, #queue-req: 2
+[2026-12-05 16:57:21] Prefill batch, #new-seq: 1, #new-token: 8192, #cached-token: 0, full token usage: 0.05, \
+swa token usage: 0.25, #running-req: 0, #queue-req: 0, #pending-token: 8192, cuda graph: False
+[2026-12-05 16:57:22] Decode batch, #running-req: 2, #full token: 16540, full token usage: 0.05, #swa token: 2202, \
+swa token usage: 0.06, accept len: 1.00, accept rate: 0.00, cuda graph: True, gen throughput (token/s): 86.59, #queue-req: 0
+"""
+
+
+def test_a_cell_whose_requests_never_all_decoded_at_once_has_no_step_time():
+    row = {"batch": 16, "t_step_ms": 63.0}
+    profile.check_concurrency(row, QUEUED_LOG)
+    assert (row["decode_running_max"], row["decode_queued_max"]) == (14, 2)
+    assert row["t_step_ms"] is None and "14 of 16" in row["error"]
+
+
+def test_a_cell_at_full_batch_keeps_its_step_time_and_a_log_without_decode_lines_says_nothing():
+    row = {"batch": 14, "t_step_ms": 63.0}
+    profile.check_concurrency(row, QUEUED_LOG)
+    assert row["t_step_ms"] == 63.0 and "error" not in row
+    quiet = {"batch": 4, "t_step_ms": 20.0}
+    profile.check_concurrency(quiet, QUEUED_LOG.splitlines()[1])
+    assert quiet == {"batch": 4, "t_step_ms": 20.0}

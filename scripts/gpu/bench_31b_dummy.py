@@ -214,6 +214,7 @@ def main() -> None:
     )
     parser.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "bench-31b-dummy"))
     args = parser.parse_args()
+    e2e.stop_servers_on_sigterm()  # `timeout` must not leave a server holding the GPU
     batches = [int(b) for b in args.batches.split(",")]
     modes = [m for m in args.modes.split(",") if m]
     if args.combine:

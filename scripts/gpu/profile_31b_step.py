@@ -45,6 +45,7 @@ import glob
 import gzip
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -279,6 +280,28 @@ def profile_once(
     raise RuntimeError(f"no trace written under {out}")
 
 
+DECODE_LINE = re.compile(r"Decode batch(?: \[\d+\])?, #running-req: (\d+),.*?#queue-req: (\d+)")
+
+
+def decode_concurrency(log_text: str) -> tuple[int, int] | None:
+    """(most requests decoding at once, most left waiting meanwhile) from a server log's decode lines; None if none."""
+    found = [(int(m[1]), int(m[2])) for m in DECODE_LINE.finditer(log_text)]
+    if not found:
+        return None
+    return max(r for r, _ in found), max(q for _, q in found)
+
+
+def check_concurrency(row: dict, log_text: str) -> None:
+    """A row whose requests never all decoded at once is not a step at that batch: say so, drop its step time."""
+    seen = decode_concurrency(log_text)
+    if seen is None:
+        return
+    row["decode_running_max"], row["decode_queued_max"] = seen
+    if seen[0] < row["batch"]:
+        row["error"] = f"at most {seen[0]} of {row['batch']} requests decoded at once ({seen[1]} waiting): no step time"
+        row["t_step_ms"] = None
+
+
 def step_time_ms(row: dict, dflash: bool) -> float | None:
     """Unprofiled time of one step from a bench_31b_dummy rate row."""
     rate = row.get("per_seq_tokens_per_s")
@@ -348,6 +371,13 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        help="timed runs per length after the warm-up (1 saves time where every run prefills again: hybrid-SWA "
+        "prompts past the window are not reused from the prefix cache)",
+    )
+    parser.add_argument(
         "--server-args",
         default="",
         help="more server flags, one string (e.g. '--swa-full-tokens-ratio 0.1': the sliding layers' pool is 0.8 of "
@@ -361,6 +391,7 @@ def main() -> None:
     parser.add_argument("--analyse", nargs=2, metavar=("TRACE", "MODE"), help="no GPU work: analyse one trace")
     parser.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "profile-31b-step"))
     args = parser.parse_args()
+    e2e.stop_servers_on_sigterm()  # `timeout` must not leave a server holding the GPU
     if args.analyse:
         print(json.dumps(analyse(args.analyse[0], args.analyse[1] != "plain"), indent=1))
         return
@@ -382,6 +413,7 @@ def main() -> None:
         "prompt_lens": prompt_lens,
         "context_length": context,
         "steps_profiled": args.steps,
+        "repeats": args.repeats,
         "extra_server_args": args.server_args,
         "categories": CATEGORIES,
         "bandwidth_tbs": args.bandwidth_tbs,
@@ -412,13 +444,14 @@ def main() -> None:
         server_report: dict = {"env": env}
         report["servers"][mode] = server_report
         started = time.time()
+        server_log = os.path.join(out_dir, f"profile-{mode}.log")
         try:
             with e2e.Server(
                 paths["target"],
                 bench.server_args(tiny["target_mm"], max(batches), False, context) + extra + args.server_args.split(),
                 env=env,
                 ready_timeout=480,
-                log_path=os.path.join(out_dir, f"profile-{mode}.log"),
+                log_path=server_log,
             ) as server:
                 server_report["ready_s"] = round(time.time() - started, 1)
                 info = e2e.server_info(server.base_url)
@@ -432,8 +465,14 @@ def main() -> None:
                         if (args.max_cell_tokens and cell > args.max_cell_tokens) or (pool and cell > pool):
                             server_report.setdefault("skipped", []).append(f"{prompt_len}x{b}")
                             continue
-                        row.update(bench.measure(server.base_url, [b], prompt_len=prompt_len)[str(b)])
+                        log_start = os.path.getsize(server_log)
+                        row.update(
+                            bench.measure(server.base_url, [b], repeats=args.repeats, prompt_len=prompt_len)[str(b)]
+                        )
                         row["t_step_ms"] = step_time_ms(row, dflash)
+                        with open(server_log, "rb") as f:
+                            f.seek(log_start)
+                            check_concurrency(row, f.read().decode(errors="replace"))
                         report["rows"].append(row)
                         if b in profiled and prompt_len in profiled_lens:
                             tag = f"{mode}-p{prompt_len}-b{b}"
@@ -444,6 +483,8 @@ def main() -> None:
                                 os.makedirs(args.trace_dir, exist_ok=True)
                                 shutil.copy(trace, os.path.join(args.trace_dir, f"{tag}.trace.json.gz"))
                         breakdown = row.get("breakdown") or {}
+                        if row.get("error"):
+                            log(f"{mode} P={prompt_len} b={b}: {row['error']}")
                         log(f"{mode} P={prompt_len} b={b}: t_step {row['t_step_ms']} ms; "
                             f"{json.dumps(breakdown.get('median_ms'))} attention {breakdown.get('attention_ms')}")  # fmt: skip
                         save()

@@ -143,6 +143,7 @@ def main() -> None:
     parser.add_argument("--port-base", type=int, default=40000, help="server i listens on port-base + 1500 i")
     parser.add_argument("--tiny-dir", default=os.path.join(tempfile.gettempdir(), "tiny-gemma4-dflash-accept"))
     args = parser.parse_args()
+    e2e.stop_servers_on_sigterm()  # `timeout` must not leave a server holding the GPU
     variants = [v for v in args.variants.split(",") if v]
     log_dir = os.path.join(os.path.dirname(os.path.abspath(args.out)), "server_logs_accept")
     os.makedirs(log_dir, exist_ok=True)

@@ -268,6 +268,7 @@ def main() -> None:
     parser.add_argument("--cpu", action="store_true", help="dry run on CPU (SGLang refuses DFLASH there)")
     parser.add_argument("--tiny-dir", default=os.path.join(tempfile.gettempdir(), "tiny-gemma4-dflash"))
     args = parser.parse_args()
+    e2e.stop_servers_on_sigterm()  # `timeout` must not leave a server holding the GPU
     global LAUNCHER
     LAUNCHER = e2e.CPU_LAUNCHER if args.cpu else e2e.DEFAULT_LAUNCHER
     log_dir = os.path.join(os.path.dirname(os.path.abspath(args.out)), "server_logs")

@@ -39,6 +39,7 @@ from sglang_gemma4_dflash.bench.launcher import (  # noqa: F401
     ServerError,
     free_port,
     group_alive,
+    stop_servers_on_sigterm,
 )
 from sglang_gemma4_dflash.bench.parity import first_difference
 

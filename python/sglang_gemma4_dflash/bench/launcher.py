@@ -24,6 +24,7 @@ from sglang_gemma4_dflash.bench.client import http_ok
 from sglang_gemma4_dflash.bench.errors import BenchError
 
 DEFAULT_LAUNCHER = "sglang.launch_server"
+_LIVE: dict = {}  # id -> Server started and not yet stopped, for stop_servers_on_sigterm
 
 
 class ServerError(BenchError):
@@ -97,6 +98,7 @@ class Server:
             env=env,
             start_new_session=True,  # own process group: stop() kills the scheduler/detokenizer children too
         )
+        _LIVE[id(self)] = self
         return self
 
     def wait_ready(self) -> "Server":
@@ -126,6 +128,7 @@ class Server:
         """SIGTERM the launcher, then (after at most `stop_grace` seconds) SIGKILL its whole process group; return
         the launcher's exit code. Safe to call twice."""
         process, self.process = self.process, None
+        _LIVE.pop(id(self), None)
         code = kill_group(process, self.stop_grace) if process is not None else None
         if self._log_file is not None:
             self._log_file.close()
@@ -155,6 +158,19 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def stop_servers_on_sigterm() -> Any:
+    """From a script's main thread: on SIGTERM (`timeout`, a job scheduler) stop every Server this process started,
+    then exit 143. Without it they outlive the script, in their own sessions, holding the GPU. Returns the handler
+    it replaced."""
+
+    def stop_all(signum, frame):
+        for server in list(_LIVE.values()):
+            server.stop()
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, stop_all)
 
 
 def kill_group(process: subprocess.Popen, grace: float) -> Optional[int]:

@@ -15,6 +15,7 @@ import argparse
 import json
 import re
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -336,6 +337,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return replot(args.replot, args.plot)
     run = Run(args, extra, raw)
     code = 0
+    before = launcher.stop_servers_on_sigterm() if args.launch else None
     try:
         run.run_launch() if args.launch else run.run_urls()
         code = run.finish_parity()
@@ -348,6 +350,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         code = 130
         run.result.update(status="interrupted", error="interrupted")
         print(f"{PROG}: interrupted", file=sys.stderr)
+    finally:
+        if args.launch:  # None: the handler before was not set from Python
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
     run.result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     run.save()
     if run.result["summary"]:
