@@ -1,7 +1,7 @@
-# NOT RUN YET (written 2026-12-05 for the next session; needs an H200, `needs_h200` if H100s come): section 17's
-# defaults on the card the issue's goals were measured on. Identity first (kernel tests with real PDL launches, the
-# tiny text and multimodal pairs, the drafting pair past both windows), then the verify's attention per layer kind,
-# SGLang's decode kernel and the kernel before section 17 on one card (here first: `git show 4ad939c:python/sglang_gemma4_dflash/attention/block_kernel.py > .gpu-site/old_block_kernel.py`, `bash scripts/gpu/add_plugin.sh`).
+# RAN 2026-12-05 (docs/gpu_runs.md section 18; one H200, 393 s): section 17's defaults on the card the issue's goals
+# were measured on. Identity first (kernel tests with real PDL launches, the tiny text and multimodal pairs, the
+# drafting pair past both windows), then the verify's attention per layer kind, SGLang's decode kernel and the kernel
+# before section 17 on one card (`git show 4ad939c:python/sglang_gemma4_dflash/attention/block_kernel.py > .gpu-site/old_block_kernel.py`, `bash scripts/gpu/add_plugin.sh`).
 # Run as `timeout 580 bash benchmarks/h200_sglang0517_section18_callA.sh; tar czf $OUT/callA.tgz -C /tmp r`.
 source scripts/gpu/setup_site.sh 0.5.17 >/dev/null || exit 1
 export PYTHONPATH=$PWD/testkit:$PYTHONPATH SGLANG_GEMMA4_DFLASH_PREBUILD_SAMPLING=0 HF_HUB_OFFLINE=1
