@@ -1,17 +1,20 @@
 # NOT RUN YET (written 2026-12-05 for the next session; H200): the global layers at batch 16, the one kernel cell
 # over 1.5x decode from 2048 tokens on (section 18: 1.80x a layer, 1.58x a step at 32768 x 16). Around the default
 # (row tile 128, 8 warps, key tile 32, 3 stages, value halves, 64-wide score slices): the whole query tile held
-# (d_chunk 0), value halves or not, key tiles 16/32, 2/3 stages. Then 64-token latency at batch 4 on the sliding
+# (d_chunk 0), key tiles 16/32, 2/3/5 stages. Compiled here for sm_90a (scripts/kernel_resources.py): the default
+# has no copy in flight ahead of the arithmetic (lookahead 0); key tile 16 with 5 stages is the first 128-row tiling
+# with one (205 KB, no spill, with or without score slices; key tile 32 with 5 stages does not fit). Without value
+# halves no 128-row tiling fits (262 KB). Then 64-token latency at batch 4 on the sliding
 # layers (1.58x decode): warps and stages. Last, PDL off / on for the global layers at batch 1 (section 18: 3-9%
 # slower than 4ad939c's kernel at 8192-32768 tokens, same tiling and split count). Run as `timeout 400 bash ...; tar czf $OUT/call3.tgz -C /tmp r`.
 source scripts/gpu/setup_site.sh 0.5.17 >/dev/null || exit 1
 export PYTHONPATH=$PWD/testkit:$PYTHONPATH HF_HUB_OFFLINE=1
 R=/tmp/r; mkdir -p $R
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > $R/gpu.txt; cat $R/gpu.txt
-# a --sweep-* list equal to its default string (stages "2,3") is not varied: hence "3,2" below
+# a --sweep-* list equal to its default string (stages "2,3") is not varied
 B="python3 scripts/gpu/bench_block_attention.py --sweep --sweep-around-default --contexts 64 --batches 1 --timed plugin"
 timeout 220 $B --out $R/sweep_global_b16.json --kinds target-global --sweep-kinds target-global \
-  --sweep-points 32768x16,8192x16 --sweep-d-chunks 0,64 --sweep-dv-parts 1,2 --sweep-block-ns 16,32 --sweep-stages 3,2 \
+  --sweep-points 32768x16,8192x16 --sweep-d-chunks 0,64 --sweep-dv-parts 2 --sweep-block-ns 16,32 --sweep-stages 5,3,2 \
   --sweep-budget-s 80 > $R/log_global_b16.txt 2>&1
 timeout 120 $B --out $R/sweep_sliding_b4.json --kinds target-sliding --sweep-kinds target-sliding \
   --sweep-points 64x4,2048x4 --sweep-warps 2,4,8 --sweep-stages 1,2,3 --sweep-budget-s 40 > $R/log_sliding_b4.txt 2>&1
