@@ -7,7 +7,7 @@
 # halves no 128-row tiling fits (262 KB). Then the sliding layers at batch 4 (1.58x decode at 64 tokens, 1.29x from
 # 1024 on): warps, stages, key tiles; row tile 32 with key tile 32 and 5 stages is the one tiling here with a copy in
 # flight that still fits 2 programs an SM (84.5 KB). Last, PDL off / on for the global layers at batch 1 (section 18: 3-9%
-# slower than 4ad939c's kernel at 8192-32768 tokens, same tiling and split count). Run as `timeout 400 bash ...; tar czf $OUT/call3.tgz -C /tmp r`.
+# slower than 4ad939c's kernel at 8192-32768 tokens, same tiling and split count). Run as `timeout 560 bash ...; tar czf $OUT/call3.tgz -C /tmp r`.
 source scripts/gpu/setup_site.sh 0.5.17 >/dev/null || exit 1
 export PYTHONPATH=$PWD/testkit:$PYTHONPATH HF_HUB_OFFLINE=1
 R=/tmp/r; mkdir -p $R
