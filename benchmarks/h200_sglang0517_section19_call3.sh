@@ -1,4 +1,5 @@
 # NOT RUN YET (written 2026-12-05 for the next session; H200): the global layers at batch 16, the one kernel cell
+# Carry `.gpu-site/0.5.17` and `.gpu-site/sglang_gemma4_dflash-0.1.0-py3-none-any.whl`, not `.gpu-site` (it also holds 0.5.13's site: over 64 MiB).
 # over 1.5x decode from 2048 tokens on (section 18: 1.80x a layer, 1.58x a step at 32768 x 16). Around the default
 # (row tile 128, 8 warps, key tile 32, 3 stages, value halves, 64-wide score slices): the whole query tile held
 # (d_chunk 0), key tiles 16/32, 2/3/5 stages. Compiled here for sm_90a (scripts/kernel_resources.py): the default
