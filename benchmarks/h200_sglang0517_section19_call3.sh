@@ -1,5 +1,4 @@
 # NOT RUN YET (written 2026-12-05 for the next session; H200): the global layers at batch 16, the one kernel cell
-# Carry `.gpu-site/0.5.17` and `.gpu-site/sglang_gemma4_dflash-0.1.0-py3-none-any.whl`, not `.gpu-site` (it also holds 0.5.13's site: over 64 MiB).
 # over 1.5x decode from 2048 tokens on (section 18: 1.80x a layer, 1.58x a step at 32768 x 16). Around the default
 # (row tile 128, 8 warps, key tile 32, 3 stages, value halves, 64-wide score slices): the whole query tile held
 # (d_chunk 0), key tiles 16/32, 2/3/5 stages. Compiled here for sm_90a (scripts/kernel_resources.py): the default
@@ -9,6 +8,7 @@
 # 1024 on): warps, stages, key tiles; row tile 32 with key tile 32 and 5 stages is the one tiling here with a copy in
 # flight that still fits 2 programs an SM (84.5 KB). Last, PDL off / on for the global layers at batch 1 (section 18: 3-9%
 # slower than 4ad939c's kernel at 8192-32768 tokens, same tiling and split count). Run as `timeout 560 bash ...; tar czf $OUT/call3.tgz -C /tmp r`.
+# Carry `.gpu-site/0.5.17` and `.gpu-site/sglang_gemma4_dflash-0.1.0-py3-none-any.whl`, not `.gpu-site` (it also holds 0.5.13's site: over 64 MiB).
 source scripts/gpu/setup_site.sh 0.5.17 >/dev/null || exit 1
 export PYTHONPATH=$PWD/testkit:$PYTHONPATH HF_HUB_OFFLINE=1
 R=/tmp/r; mkdir -p $R
