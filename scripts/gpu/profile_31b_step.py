@@ -283,22 +283,16 @@ def profile_once(
 DECODE_LINE = re.compile(r"Decode batch(?: \[\d+\])?, #running-req: (\d+),.*?#queue-req: (\d+)")
 
 
-def decode_concurrency(log_text: str) -> tuple[int, int] | None:
-    """(most requests decoding at once, most left waiting meanwhile) from a server log's decode lines; None if none."""
-    found = [(int(m[1]), int(m[2])) for m in DECODE_LINE.finditer(log_text)]
-    if not found:
-        return None
-    return max(r for r, _ in found), max(q for _, q in found)
-
-
 def check_concurrency(row: dict, log_text: str) -> None:
-    """A row whose requests never all decoded at once is not a step at that batch: say so, drop its step time."""
-    seen = decode_concurrency(log_text)
-    if seen is None:
+    """From the server log of a row's cell: the most requests decoding at once and the most waiting meanwhile. A row
+    whose requests never all decoded at once is not a step at that batch: say so, drop its step time."""
+    seen = [(int(m[1]), int(m[2])) for m in DECODE_LINE.finditer(log_text)]
+    if not seen:
         return
-    row["decode_running_max"], row["decode_queued_max"] = seen
-    if seen[0] < row["batch"]:
-        row["error"] = f"at most {seen[0]} of {row['batch']} requests decoded at once ({seen[1]} waiting): no step time"
+    running, queued = max(r for r, _ in seen), max(q for _, q in seen)
+    row["decode_running_max"], row["decode_queued_max"] = running, queued
+    if running < row["batch"]:
+        row["error"] = f"at most {running} of {row['batch']} requests decoded at once ({queued} waiting): no step time"
         row["t_step_ms"] = None
 
 
