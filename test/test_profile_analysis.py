@@ -18,19 +18,22 @@ RUNNER = "sglang/srt/model_executor/model_runner.py(2890): forward"
 
 class Trace:
     def __init__(self):
-        self.events, self.corr = [], 0
+        self.events, self.corr, self.gpu_free = [], 0, 0
 
     def frame(self, name, ts, dur, tid=1):
         self.events.append({"ph": "X", "cat": "python_function", "name": name, "ts": ts, "dur": dur, "tid": tid})
 
-    def launch(self, ts, kernel_us, name="k", tid=1):
+    def launch(self, ts, kernel_us, name="k", tid=1, early_us=0):
+        """A kernel that runs after the ones before it, later than its launch (only the correlation ties the two);
+        ``early_us``: it starts that much before the previous kernel ends (programmatic dependent launch)."""
         self.corr += 1
         args = {"correlation": self.corr}
         self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": ts, "dur": 2,
                             "tid": tid, "args": args})  # fmt: skip
-        # the kernel runs later, on the GPU's clock: only the correlation ties it to its launch
-        self.events.append({"ph": "X", "cat": "kernel", "name": name, "ts": ts + 5000, "dur": kernel_us, "tid": 7,
-                            "args": args})  # fmt: skip
+        start = max(ts + 5000, self.gpu_free) - early_us
+        self.events.append({"ph": "X", "cat": "kernel", "name": name, "ts": start, "dur": kernel_us + early_us,
+                            "tid": 7, "args": args})  # fmt: skip
+        self.gpu_free = start + kernel_us + early_us
 
     def write(self, path: Path) -> str:
         with gzip.open(path, "wt") as f:
@@ -139,6 +142,21 @@ def test_attention_kernels_are_summed_per_category(tmp_path):
         t.launch(s + 1_500, 15_000, "gemm")
     result = profile.analyse(t.write(tmp_path / "a.json.gz"), dflash=True)
     assert result["attention_ms"] == {"target": pytest.approx(0.22), "draft": pytest.approx(0.04)}
+
+
+def test_a_kernel_launched_early_is_charged_only_its_time_after_the_kernel_before_it(tmp_path):
+    t = Trace()
+    for n in range(4):
+        s = n * 40_000
+        t.frame(PLAIN_STEP, s, 30_000)
+        t.frame(RUNNER, s + 100, 20_000)
+        t.launch(s + 200, 15_000, "gemm")
+        t.launch(s + 300, 200, "_block_attn_fwd", early_us=50)  # waits 50 us under the gemm
+        t.launch(s + 400, 20, "_block_attn_reduce", early_us=190)  # resident since 10 us into the first pass
+    result = profile.analyse(t.write(tmp_path / "pdl.json.gz"), dflash=False)
+    assert result["attention_ms"] == {"target": pytest.approx(0.22)}
+    assert result["median_ms"]["gpu_busy"] == pytest.approx(15.22)
+    assert {k["kernel"]: k["ms_per_step"] for k in result["top_kernels"]["target"]}["_block_attn_reduce"] == 0.02
 
 
 # two decode lines of the 0.5.17 DFLASH server at 8192 x 16 (H200, section 18): two requests waited the whole cell

@@ -27,6 +27,8 @@ python_function events around that call; a CUDA-graph replay charges all its ker
   draft_head  under `_greedy_sample_from_vocab_parallel_head` or the plugin's head, outside a draft graph
   draft       under the draft model runner (the head too where SGLang folds it into the draft CUDA graph)
   other       everything else inside the step (block set-up, embedding, accept, KV bookkeeping)
+A kernel's time is the part of its duration no kernel that started earlier covers (the plugin's kernels launch
+early and wait under programmatic dependent launch), so the parts add up to the GPU's busy time.
 Attention kernels (SGLang's extend, decode and the plugin's block kernel, by name) are also summed per category:
 `attention_ms.target` is the verify's attention in a DFLASH step and the decode attention in a plain one,
 `attention_ms.draft` the draft's block attention.
@@ -141,6 +143,17 @@ def _is_step(name: str, dflash: bool) -> bool:
     return name.endswith(": forward_batch_generation") and ("dflash_worker" in name if dflash else "tp_worker" in name)
 
 
+def exclusive_ms(kernels: list[dict]) -> list[tuple[dict, float]]:
+    """Each kernel with its GPU time not already covered by a kernel that started earlier. With programmatic
+    dependent launch a kernel starts, and waits, while the one before it runs: its duration counts that wait."""
+    out, covered = [], float("-inf")
+    for k in sorted(kernels, key=lambda e: e["ts"]):
+        end = k["ts"] + k.get("dur", 0)
+        out.append((k, max(0.0, end - max(k["ts"], covered)) / 1000.0))
+        covered = max(covered, end)
+    return out
+
+
 def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
     """Per-step GPU milliseconds by category from one torch-profiler chrome trace of the scheduler (rank 0)."""
     opener = gzip.open if trace_path.endswith(".gz") else open
@@ -195,7 +208,7 @@ def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
     by_chain = defaultdict(float)
     by_kernel = defaultdict(lambda: [0.0, 0])
     used = range(1, len(outer) - 1)  # the first and last step may be cut by the profiler window
-    for k in kernels:
+    for k, ms in exclusive_ms(kernels):
         found = chain_of.get((k.get("args") or {}).get("correlation"))
         if found is None:
             continue
@@ -203,7 +216,6 @@ def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
         n = bisect_right(starts, step["ts"]) - 1  # the outer step that holds this launch's step frame
         if n < 0:
             continue
-        ms = k["dur"] / 1000.0
         cat = category(chain, dflash)
         per_step[n][cat] += ms
         if k["name"] in ATTENTION_KERNELS:
