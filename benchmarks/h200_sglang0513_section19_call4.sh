@@ -1,4 +1,7 @@
-# NOT RUN YET (written 2026-12-05 for the next session; H200): 0.5.13 (v1 worker) with section 17's defaults, which
+# RAN 2026-12-05 (fourth session) on an H100, not an H200 (no H200 came): docs/gpu_runs.md section 19. Its 31B
+# part was cut by its 250 s limit after the plain rows (servers took 108 s to load on the fresh machine); the
+# 31B figures are from the follow-up commands in section 19. Written as:
+# (written 2026-12-05 for the next session; H200): 0.5.13 (v1 worker) with section 17's defaults, which
 # have run only on 0.5.17. Carry `.gpu-site/0.5.13` and the wheel, not `.gpu-site` (one line's site a call: 64 MiB).
 # Identity (tiny text and multimodal pairs, the drafting pair past both windows), then the 31B step at 2048 x 1 / x 4.
 # Run as `timeout 580 bash benchmarks/h200_sglang0513_section19_call4.sh; tar czf $OUT/call4.tgz -C /tmp r`.

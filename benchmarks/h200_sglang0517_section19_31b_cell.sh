@@ -1,4 +1,5 @@
-# NOT RUN YET (written 2026-12-05 for the next session; H200, `needs_h200`): the 31B step at one cell, plain and
+# NOT RUN YET: the fourth session of 2026-12-05 asked for an H200 (needs_h200) and none came.
+# (written 2026-12-05 for the next session; H200, `needs_h200`): the 31B step at one cell, plain and
 # DFLASH in one call, one call per cell (each timed run prefills again: hybrid-SWA prefixes past the window are not
 # reused, so one repeat). Run as `timeout 580 bash benchmarks/h200_sglang0517_section19_31b_cell.sh PROMPT BATCH`:
 #   8192 16   section 18's DFLASH server ran 14 of the 16 at once: 0.5.17 delays DFLASH admissions until 3 slots are

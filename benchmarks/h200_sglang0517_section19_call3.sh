@@ -1,4 +1,5 @@
-# NOT RUN YET (written 2026-12-05 for the next session; H200): the global layers at batch 16, the one kernel cell
+# RAN 2026-12-05 (fourth session) on an H100, not an H200 (no H200 came): docs/gpu_runs.md section 19. Written as:
+# (written 2026-12-05 for the next session; H200): the global layers at batch 16, the one kernel cell
 # over 1.5x decode from 2048 tokens on (section 18: 1.80x a layer, 1.58x a step at 32768 x 16). Around the default
 # (row tile 128, 8 warps, key tile 32, 3 stages, value halves, 64-wide score slices): the whole query tile held
 # (d_chunk 0), key tiles 16/32, 2/3/5 stages. Compiled here for sm_90a (scripts/kernel_resources.py): the default

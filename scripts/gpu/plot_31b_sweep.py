@@ -24,7 +24,7 @@ COLOR = {1: "tab:blue", 4: "tab:orange", 16: "tab:green"}
 GOAL = {1: 1.15, 4: 1.3, 16: 1.6}
 
 
-def c_panel(ax, line: str, rows: list[dict]) -> None:
+def c_panel(ax, line: str, rows: list[dict], cards: str) -> None:
     cells = defaultdict(list)  # (mode, batch, prompt_len) -> c of every row measured there
     for r in rows:
         if r.get("c") is not None and r["mode"] in STYLE and r["batch"] in COLOR:
@@ -46,7 +46,7 @@ def c_panel(ax, line: str, rows: list[dict]) -> None:
     ax.minorticks_off()
     ax.set_xlabel("prompt tokens")
     ax.set_ylabel("c = DFLASH step / plain step")
-    ax.set_title(f"SGLang {line} (dotted: the goal per batch)")
+    ax.set_title(f"SGLang {line}, {cards} (dotted: the goal per batch)", fontsize=10)
     ax.legend(fontsize=8)
 
 
@@ -70,18 +70,20 @@ def main() -> None:
     ap.add_argument("jsons", nargs="+")
     args = ap.parse_args()
     by_line: dict[str, list[dict]] = defaultdict(list)
+    cards: dict[str, set] = defaultdict(set)  # line -> the GPUs its runs used (compare c only within a card)
     runs = []
     for path in args.jsons:
         with open(path) as f:
             run = json.load(f)
         by_line[run["versions"]["sglang"]] += run["rows"]
+        cards[run["versions"]["sglang"]].add(run["hardware"]["gpus"][0].split(",")[0].replace("NVIDIA ", ""))
         runs.append(run)
     lines = sorted(by_line, key=lambda v: [int(x) for x in v.split(".")], reverse=True)
     bars = attention_bars([r for line in lines for r in by_line[line]])
     panels = len(lines) + bool(bars)
     fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 5), constrained_layout=True, squeeze=False)
     for ax, line in zip(axes[0], lines):
-        c_panel(ax, line, by_line[line])
+        c_panel(ax, line, by_line[line], " / ".join(sorted(cards[line])))
     if bars:
         right = axes[0][-1]
         labels, ratios = zip(*bars)
@@ -93,10 +95,7 @@ def main() -> None:
         right.set_ylabel("verify attention / plain decode attention")
         right.set_title("prompt x batch (dotted: the goal, 1.5)")
     v = runs[0]["versions"]
-    fig.suptitle(
-        f"Gemma-4-31B shapes, dummy weights, {runs[0]['hardware']['gpus'][0].split(',')[0]}; "
-        f"torch {v['torch']}, triton {v['triton']}"
-    )
+    fig.suptitle(f"Gemma-4-31B shapes, dummy weights, one GPU; torch {v['torch']}, triton {v['triton']}")
     fig.savefig(args.png, dpi=110)
     print("wrote", args.png)
 
