@@ -77,6 +77,18 @@ def test_matches_reference_fp32(name, splits):
     assert err < (1e-5 if DEVICE == "cpu" else 5e-3), f"{name}: relative error {err:.2e}"
 
 
+@pytest.mark.parametrize("splits", [2, 3, None], ids=["two-splits", "three-splits", "auto-splits"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_block_in_a_split_of_its_own(name, splits):
+    """``Tuning.block_split``: where a request's context leaves a split unused, its block's tokens take that split
+    and the merge one more part (contexts of 0 tokens, of fewer splits than the launch has, and of all of them)."""
+    ctx, blocks, kwargs = CASES[name]
+    case = make_case(ctx, blocks, device=DEVICE, seed=len(name) + 1, **kwargs)
+    tuning = block_kernel.Tuning(min_split=16, block_n=16, block_split=1, dv_parts=2)
+    err = rel_err(run_kernel(case, splits=splits, tuning=tuning), reference(case))
+    assert err < (1e-5 if DEVICE == "cpu" else 5e-3), f"{name}: relative error {err:.2e}"
+
+
 @pytest.mark.parametrize("dv_parts", [2, 4])
 @pytest.mark.parametrize("splits", [1, 3])
 def test_value_dim_split_across_programs(dv_parts, splits):

@@ -47,6 +47,7 @@ class Tuning:
     dv_parts: int = 1  # programs sharing one row tile, each with a slice of the value dim (smaller accumulators)
     d_chunk: int = 0  # >0: scores summed over head-dim slices this wide (smaller key tiles); 0: the whole head dim
     pdl: int = 0  # 1: programmatic dependent launch (sm_90+): each pass starts while the kernel before it ends
+    block_split: int = 0  # 1: the block's own tokens in a split of their own where the context leaves one unused
 
 
 def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
@@ -66,7 +67,8 @@ def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
 
 
 _POW2_FIELDS = ("m_tile", "block_n", "dv_parts", "num_warps", "d_chunk")
-_LEAST = {"m_tile": 16, "block_n": 16, "d_chunk": 0, "pdl": 0}  # tl.dot's smallest tile; d_chunk 0: whole head dim
+# tl.dot's smallest tile; d_chunk 0: the whole head dim; pdl and block_split are switches
+_LEAST = {"m_tile": 16, "block_n": 16, "d_chunk": 0, "pdl": 0, "block_split": 0}
 
 
 @functools.lru_cache(maxsize=4)
@@ -124,8 +126,16 @@ def _default_tuning_16bit(head_dim: int, batch: int) -> Tuning:
 
 
 @triton.jit
-def _split_plan(ctx_len, num_splits, WINDOW: tl.constexpr, MIN_SPLIT: tl.constexpr, BLOCK_N: tl.constexpr):
-    """(first visible context token, tokens per split, splits used) of one request; both passes call it."""
+def _split_plan(
+    ctx_len,
+    num_splits,
+    WINDOW: tl.constexpr,
+    MIN_SPLIT: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_SPLIT: tl.constexpr,
+):
+    """(first visible context token, tokens per split, splits used) of one request; both passes call it. The
+    block's own tokens go in the last split used: with ``BLOCK_SPLIT``, one after the context's where one is left."""
     lo = 0
     if WINDOW >= 0:
         lo = tl.maximum(ctx_len - WINDOW, 0)
@@ -133,6 +143,8 @@ def _split_plan(ctx_len, num_splits, WINDOW: tl.constexpr, MIN_SPLIT: tl.constex
     used = tl.minimum(tl.maximum((span + MIN_SPLIT - 1) // MIN_SPLIT, 1), num_splits)
     per_split = ((span + used - 1) // used + BLOCK_N - 1) // BLOCK_N * BLOCK_N
     used = tl.maximum((span + per_split - 1) // tl.maximum(per_split, 1), 1)
+    if BLOCK_SPLIT:
+        used += (used < num_splits).to(tl.int32)
     return lo, per_split, used
 
 
@@ -221,6 +233,7 @@ def _block_attn_fwd(
     CAUSAL: tl.constexpr,
     DIRECT: tl.constexpr,  # one split for every request: no second pass
     PDL: tl.constexpr,  # launched early; the lengths (forward metadata, written long before) are read before waiting
+    BLOCK_SPLIT: tl.constexpr,
 ):
     chunk = tl.program_id(0) // DV_PARTS
     dv_part = tl.program_id(0) % DV_PARTS
@@ -231,7 +244,7 @@ def _block_attn_fwd(
     n_q = tl.load(qo_indptr + req + 1) - q_start
     kv_start = tl.load(kv_indptr + req)
     ctx_len = tl.load(kv_indptr + req + 1) - kv_start
-    lo, per_split, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
+    lo, per_split, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N, BLOCK_SPLIT)
     if PDL:  # every program waits for the kernel before (q, the block's keys), then lets the merge launch
         gdc_wait()
         gdc_launch_dependents()
@@ -256,7 +269,7 @@ def _block_attn_fwd(
     l_i = tl.zeros([M_TILE], tl.float32)
     acc = tl.zeros([M_TILE, BLOCK_DV], tl.float32)
 
-    # The context: tokens [start, end) of the visible span.
+    # The context: tokens [start, end) of the visible span (none in a split of the block's own).
     start = lo + split * per_split
     end = tl.minimum(start + per_split, ctx_len)
     for n0 in range(start, end, BLOCK_N):
@@ -330,6 +343,7 @@ def _block_attn_reduce(
     MIN_SPLIT: tl.constexpr,
     WINDOW: tl.constexpr,
     PDL: tl.constexpr,
+    BLOCK_SPLIT: tl.constexpr,
 ):
     req = tl.program_id(0)
     q_head = tl.program_id(1)
@@ -337,7 +351,7 @@ def _block_attn_reduce(
     q_start = tl.load(qo_indptr + req)
     n_q = tl.load(qo_indptr + req + 1) - q_start
     ctx_len = tl.load(kv_indptr + req + 1) - tl.load(kv_indptr + req)
-    _, _, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N)
+    _, _, used = _split_plan(ctx_len, num_splits, WINDOW, MIN_SPLIT, BLOCK_N, BLOCK_SPLIT)
     if PDL:  # every program waits for the first pass, so this kernel never ends before it
         gdc_wait()
     if pos >= n_q or used == 1:  # no such row, or the first pass wrote this request's output
@@ -430,6 +444,7 @@ def fwd_constants(
         WINDOW=int(window),
         CAUSAL=bool(causal),
         PDL=bool(tuning.pdl),
+        BLOCK_SPLIT=bool(tuning.block_split),
     )
 
 
@@ -530,6 +545,7 @@ def block_attention(
             MIN_SPLIT=c["MIN_SPLIT"],
             WINDOW=c["WINDOW"],
             PDL=pdl,
+            BLOCK_SPLIT=c["BLOCK_SPLIT"],
             num_warps=4 if block_dv >= 256 else 2,
             launch_pdl=pdl,
         )
