@@ -1,7 +1,9 @@
 # NOT RUN YET (written 2026-12-05, fourth session, for the next one; any H100 or H200, plain and DFLASH in one call):
 # where the 0.5.17 step's time goes at the cells whose verify attention misses 1.5x decode (64 x 1, 64 x 4;
 # section 18) and at 2048 x 1, with profile_31b_step's analyser as of 503cac5 (a kernel launched early under PDL
-# is charged only its time after the kernel before it). Batch-1 traces kept under $OUT/traces for re-reading.
+# is charged only its time after the kernel before it) and, since the fifth session, `graph_gaps_ms`: the part of
+# the host time that is gaps between kernels inside CUDA-graph replays (the launch latency the 64-token misses are
+# put down to). Batch-1 traces kept under $OUT/traces for re-reading.
 # Run as `timeout 580 bash benchmarks/h200_sglang0517_section20_profile.sh`; carry `.gpu-site/0.5.17` and the wheel.
 source scripts/gpu/setup_site.sh 0.5.17 >/dev/null || exit 1
 export PYTHONPATH=$PWD/testkit:$PYTHONPATH SGLANG_GEMMA4_DFLASH_PREBUILD_SAMPLING=0 HF_HUB_OFFLINE=1

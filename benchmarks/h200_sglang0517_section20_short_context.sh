@@ -1,4 +1,4 @@
-# NOT RUN YET (written 2026-12-05, fifth session, when no device was lent; any H100 or H200, about 330 s):
+# NOT RUN YET (written 2026-12-05, fifth session, when no device was lent; any H100 or H200, about 480 s):
 # the verify's attention at 64 tokens, batch 1 and 4, misses 1.5x decode (section 18, H200: 1.53x and 1.63x, 0.21
 # and 0.35 ms a step). At 64 tokens every request's context takes one split (min_split 256), so each working program
 # walks the whole chain alone (lengths, slots, the keys, the block's keys) while the other split programs exit (the
@@ -10,18 +10,18 @@
 # Triton 3.6: the same shared memory and registers at every default tiling but the sliding layers' batch-4 one, 230
 # registers -> 255 and 24 bytes of spill). Its reference tests run first, compiled. Swept around each point's default,
 # at 64 tokens and at the contexts a CUDA graph's one tiling must also serve (2048-32768), with the decode kernel's
-# rows in the same call. Run as `timeout 450 bash benchmarks/h200_sglang0517_section20_short_context.sh;
+# rows in the same call. Run as `timeout 540 bash benchmarks/h200_sglang0517_section20_short_context.sh;
 # tar czf $OUT/short.tgz -C /tmp r`. Carry `.gpu-site/0.5.17` and the wheel, as for the other section-20 calls.
 source scripts/gpu/setup_site.sh 0.5.17 >/dev/null || exit 1
 export PYTHONPATH=$PWD/testkit:$PYTHONPATH HF_HUB_OFFLINE=1
 R=/tmp/r; mkdir -p $R
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > $R/gpu.txt; cat $R/gpu.txt
-timeout 120 python3 -m pytest -q test/test_block_kernel.py -k "split_of_its_own or default_tunings" > $R/tests.log 2>&1
+timeout 100 python3 -m pytest -q test/test_block_kernel.py -k "split_of_its_own or default_tunings" > $R/tests.log 2>&1
 tail -2 $R/tests.log
 B="python3 scripts/gpu/bench_block_attention.py --sweep --sweep-around-default --contexts 64 --batches 1,4 \
   --timed plugin,decode --sweep-min-splits 32,64,128,256 --sweep-max-splits 16,32 --sweep-block-splits 0,1 --sweep-budget-s 30"
-timeout 170 $B --out $R/sweep_short_global.json --kinds target-global --sweep-kinds target-global \
+timeout 220 $B --out $R/sweep_short_global.json --kinds target-global --sweep-kinds target-global \
   --sweep-points 64x1,2048x1,8192x1,32768x1,64x4,2048x4,8192x4 > $R/log_short_global.txt 2>&1
-timeout 130 $B --out $R/sweep_short_sliding.json --kinds target-sliding --sweep-kinds target-sliding \
+timeout 150 $B --out $R/sweep_short_sliding.json --kinds target-sliding --sweep-kinds target-sliding \
   --sweep-points 64x1,2048x1,64x4,2048x4 > $R/log_short_sliding.txt 2>&1
 for f in $R/log_*.txt; do echo "== $f"; grep -E "best|ctx=64|Error|error" $f | cut -c1-400; done

@@ -35,6 +35,19 @@ class Trace:
                             "tid": 7, "args": args})  # fmt: skip
         self.gpu_free = start + kernel_us + early_us
 
+    def replay(self, ts, kernels, tid=1, api="cudaGraphLaunch"):
+        """One launch whose kernels (``(start offset us, duration us, name)``, after the GPU frees) share its
+        correlation id, as a CUDA-graph replay's do."""
+        self.corr += 1
+        args = {"correlation": self.corr}
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": api, "ts": ts, "dur": 2, "tid": tid,
+                            "args": args})  # fmt: skip
+        base = max(ts + 5000, self.gpu_free)
+        for offset, dur, name in kernels:
+            self.events.append({"ph": "X", "cat": "kernel", "name": name, "ts": base + offset, "dur": dur, "tid": 7,
+                                "args": args})  # fmt: skip
+            self.gpu_free = max(self.gpu_free, base + offset + dur)
+
     def write(self, path: Path) -> str:
         with gzip.open(path, "wt") as f:
             json.dump({"traceEvents": self.events}, f)
@@ -157,6 +170,41 @@ def test_a_kernel_launched_early_is_charged_only_its_time_after_the_kernel_befor
     assert result["attention_ms"] == {"target": pytest.approx(0.22)}
     assert result["median_ms"]["gpu_busy"] == pytest.approx(15.22)
     assert {k["kernel"]: k["ms_per_step"] for k in result["top_kernels"]["target"]}["_block_attn_reduce"] == 0.02
+
+
+def test_gaps_between_a_replays_kernels_are_counted_apart_from_the_host(tmp_path):
+    """Inside a CUDA-graph replay, the time between its first kernel's start and its last kernel's end in which no
+    kernel runs is ``graph_gaps``: not a kernel launched early (PDL), not another stream's kernel, not the time between
+    separate launches."""
+    t = Trace()
+    for n in range(4):
+        s = n * 40_000
+        t.frame(PLAIN_STEP, s, 30_000)
+        t.frame(RUNNER, s + 100, 20_000)
+        # 100 us kernels: a 5 us gap, a kernel starting 10 us early (PDL), a 7 us gap of which 3 us another
+        # stream's kernel covers
+        t.replay(s + 200, [(0, 100, "a"), (105, 100, "b"), (195, 100, "c"), (302, 100, "d")])
+        t.events.append({"ph": "X", "cat": "kernel", "name": "other_stream", "ts": t.gpu_free - 105, "dur": 3,
+                         "tid": 8, "args": {"correlation": 10_000 + n}})  # fmt: skip
+        t.launch(s + 300, 50, "eager")  # its own launch, 5 ms after the replay: not a replay's gap
+    result = profile.analyse(t.write(tmp_path / "gaps.json.gz"), dflash=False)
+    assert result["median_ms"]["graph_gaps"] == pytest.approx(0.005 + 0.004)
+    report = {"rows": [{"mode": "plain", "prompt_len": 64, "batch": 1, "t_step_ms": 1.0, "breakdown": result}]}
+    profile.summarise(report, 4.3)
+    assert report["rows"][0]["graph_gaps_ms"] == pytest.approx(0.009)
+    assert report["rows"][0]["host_ms"] == pytest.approx(1.0 - result["median_ms"]["gpu_busy"])
+
+
+def test_kernels_of_launches_that_are_not_replays_have_no_graph_gaps(tmp_path):
+    t = Trace()
+    for n in range(4):
+        s = n * 40_000
+        t.frame(PLAIN_STEP, s, 30_000)
+        t.frame(RUNNER, s + 100, 20_000)
+        t.replay(s + 200, [(0, 100, "a"), (150, 100, "b")], api="cudaLaunchKernelExC")  # one launch, two kernels
+    result = profile.analyse(t.write(tmp_path / "eager.json.gz"), dflash=False)
+    assert result["median_ms"]["graph_gaps"] == 0.0
+    assert result["median_ms"]["gpu_busy"] == pytest.approx(0.2)
 
 
 # two decode lines of the 0.5.17 DFLASH server at 8192 x 16 (H200, section 18): two requests waited the whole cell

@@ -33,7 +33,10 @@ Attention kernels (SGLang's extend, decode and the plugin's block kernel, by nam
 `attention_ms.target` is the verify's attention in a DFLASH step and the decode attention in a plain one,
 `attention_ms.draft` the draft's block attention.
 `host` is the unprofiled step time minus the GPU busy time of a profiled step: time the GPU waits for the host
-(Python, scheduling, syncs). The profiler's own Python tracing slows the host, so profiled wall times are not used.
+(Python, scheduling, syncs), and the gaps between kernels inside CUDA-graph replays. `graph_gaps` is that last part
+alone: from a replay's first kernel start to its last kernel end, the time no kernel runs (the device's launch
+latency between a graph's kernels). The profiler's own Python tracing slows the host, so profiled wall times are
+not used.
 Beside each DFLASH row: c = t_step / t_plain, the projected speedup L / c at L = 5.4 and 6.46, and the ideal step:
 the measured plain step plus the draft's weights and the head read once at `--bandwidth-tbs` (a 16-token verify
 reads the same weights as one decode step; `verify_compute_floor_ms` says where compute takes over at larger b).
@@ -154,6 +157,24 @@ def exclusive_ms(kernels: list[dict]) -> list[tuple[dict, float]]:
     return out
 
 
+def merged_intervals(kernels: list[dict]) -> list[tuple[float, float]]:
+    """The union of the kernels' [start, end) intervals (us), as sorted disjoint intervals."""
+    out: list[list[float]] = []
+    for k in sorted(kernels, key=lambda e: e["ts"]):
+        start, end = k["ts"], k["ts"] + k.get("dur", 0)
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(a, b) for a, b in out]
+
+
+def uncovered_ms(start: float, end: float, busy: list[tuple[float, float]]) -> float:
+    """Milliseconds of [start, end) (us) in which no interval of ``busy`` (merged_intervals) runs."""
+    covered = sum(max(0.0, min(end, b) - max(start, a)) for a, b in busy)
+    return max(0.0, end - start - covered) / 1000.0
+
+
 def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
     """Per-step GPU milliseconds by category from one torch-profiler chrome trace of the scheduler (rank 0)."""
     opener = gzip.open if trace_path.endswith(".gz") else open
@@ -175,6 +196,12 @@ def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
 
     # One sweep per thread: frames nest, so a stack of open frames gives each launch its enclosing chain.
     chain_of = {}  # correlation id -> (step frame, frames below it, outermost first)
+    graph_launches = {  # correlation ids of CUDA-graph replays
+        e["args"]["correlation"]
+        for launches in launches_by_tid.values()
+        for e in launches
+        if "GraphLaunch" in e["name"]
+    }
     for tid, launch_list in launches_by_tid.items():
         frames = sorted(frames_by_tid.get(tid, []), key=lambda e: (e["ts"], -e.get("dur", 0)))
         stack, i = [], 0
@@ -205,6 +232,19 @@ def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
     starts = [s["ts"] for s in outer]
     per_step = [defaultdict(float) for _ in outer]
     attention = [defaultdict(float) for _ in outer]
+    # Inside a replay, from its first kernel's start to its last kernel's end, the time no kernel runs: the gaps
+    # between a graph's kernels on the device (launch latency), not the host's.
+    replays: dict = defaultdict(list)
+    for k in kernels:
+        corr = (k.get("args") or {}).get("correlation")
+        if corr in graph_launches and corr in chain_of:
+            replays[corr].append(k)
+    busy = merged_intervals(kernels)
+    graph_gaps = [0.0 for _ in outer]
+    for corr, ks in replays.items():
+        n = bisect_right(starts, chain_of[corr][0]["ts"]) - 1
+        if n >= 0:
+            graph_gaps[n] += uncovered_ms(min(k["ts"] for k in ks), max(k["ts"] + k.get("dur", 0) for k in ks), busy)
     by_chain = defaultdict(float)
     by_kernel = defaultdict(lambda: [0.0, 0])
     used = range(1, len(outer) - 1)  # the first and last step may be cut by the profiler window
@@ -229,7 +269,14 @@ def analyse(trace_path: str, dflash: bool, top: int = 6) -> dict:
     for n in used:
         gpu = sum(per_step[n].values())
         wall = (outer[n + 1]["ts"] - outer[n]["ts"]) / 1000.0
-        rows.append({**{c: per_step[n].get(c, 0.0) for c in CATEGORIES}, "gpu_busy": gpu, "profiled_wall": wall})
+        rows.append(
+            {
+                **{c: per_step[n].get(c, 0.0) for c in CATEGORIES},
+                "gpu_busy": gpu,
+                "graph_gaps": graph_gaps[n],
+                "profiled_wall": wall,
+            }
+        )
     median = {key: sorted(r[key] for r in rows)[len(rows) // 2] for key in rows[0]}
     attention_median = {c: sorted(attention[n].get(c, 0.0) for n in used)[len(rows) // 2] for c in CATEGORIES}
     steps_used = len(rows)
@@ -334,9 +381,11 @@ def summarise(report: dict, bandwidth_tbs: float) -> None:
     for row in report["rows"]:
         if not row.get("t_step_ms"):
             continue
-        gpu = (row.get("breakdown") or {}).get("median_ms", {}).get("gpu_busy")
-        if gpu is not None:
-            row["host_ms"] = round(row["t_step_ms"] - gpu, 3)
+        median = (row.get("breakdown") or {}).get("median_ms", {})
+        if median.get("gpu_busy") is not None:
+            row["host_ms"] = round(row["t_step_ms"] - median["gpu_busy"], 3)
+        if median.get("graph_gaps") is not None:
+            row["graph_gaps_ms"] = median["graph_gaps"]
         base = plain.get((row["prompt_len"], row["batch"]))
         if row["mode"] == "plain" or not base:
             continue
