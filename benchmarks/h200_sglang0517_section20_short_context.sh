@@ -8,7 +8,8 @@
 # this session (CPU only so far), `block_split` 1: the block's 16 tokens in a split of their own where the context
 # leaves one unused, so the last context split no longer also carries the block (compiled here for sm_90a with
 # Triton 3.6: the same shared memory and registers at every default tiling but the sliding layers' batch-4 one, 230
-# registers -> 255 and 24 bytes of spill). Its reference tests run first, compiled. Swept around each point's default,
+# registers -> 255 and 24 bytes of spill; that tiling sits at an allocation edge: a rewrite of the same kernel with
+# block_split off tips it the same way; with Triton 3.8 nothing changes). Its reference tests run first, compiled. Swept around each point's default,
 # at 64 tokens and at the contexts a CUDA graph's one tiling must also serve (2048-32768), with the decode kernel's
 # rows in the same call. Run as `timeout 540 bash benchmarks/h200_sglang0517_section20_short_context.sh;
 # tar czf $OUT/short.tgz -C /tmp r`. Carry `.gpu-site/0.5.17` and the wheel, as for the other section-20 calls.
