@@ -3,7 +3,8 @@
 # and 0.35 ms a step). At 64 tokens every request's context takes one split (min_split 256), so each working program
 # walks the whole chain alone (lengths, slots, the keys, the block's keys) while the other split programs exit (the
 # global layers launch 32 splits at batch 1 and 2 at batch 4; the sliding layers 4 at both). Untried so far: smaller
-# splits (min_split 32-128: two or more programs share the 64 tokens, and the merge pass then works) and fewer
+# splits at 64 tokens (min_split 32-128: two or more programs share the 64 tokens, and the merge pass then works;
+# the sliding layers' 64-token key tile keeps a 64-token context in one split whatever min_split says) and fewer
 # static splits at batch 1 (max_splits 16: fewer programs launched, fewer splits at long contexts); and, new in
 # this session (CPU only so far), `block_split` 1: the block's 16 tokens in a split of their own where the context
 # leaves one unused, so the last context split no longer also carries the block (compiled here for sm_90a with
