@@ -1,4 +1,5 @@
-# NOT RUN YET (written 2026-12-05, fifth session, when no device was lent; any H100 or H200, about 480 s):
+# RAN 2026-12-05 (fifth session, call 1) on an H200, 300 s: docs/gpu_runs.md section 20. Written, before the device
+# came, as (any H100 or H200, about 480 s):
 # the verify's attention at 64 tokens, batch 1 and 4, misses 1.5x decode (section 18, H200: 1.53x and 1.63x, 0.21
 # and 0.35 ms a step). At 64 tokens every request's context takes one split (min_split 256), so each working program
 # walks the whole chain alone (lengths, slots, the keys, the block's keys) while the other split programs exit (the
@@ -6,7 +7,7 @@
 # splits at 64 tokens (min_split 32-128: two or more programs share the 64 tokens, and the merge pass then works;
 # the sliding layers' 64-token key tile keeps a 64-token context in one split whatever min_split says) and fewer
 # static splits at batch 1 (max_splits 16: fewer programs launched, fewer splits at long contexts); and, new in
-# this session (CPU only so far), `block_split` 1: the block's 16 tokens in a split of their own where the context
+# this session (CPU only then), `block_split` 1: the block's 16 tokens in a split of their own where the context
 # leaves one unused, so the last context split no longer also carries the block (compiled here for sm_90a with
 # Triton 3.6: the same shared memory and registers at every default tiling but the sliding layers' batch-4 one, 230
 # registers -> 255 and 24 bytes of spill; that tiling sits at an allocation edge: a rewrite of the same kernel with
