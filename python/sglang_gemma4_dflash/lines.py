@@ -83,7 +83,7 @@ V2_DFLASH2 = Installs(
 
 _GPU_0513 = (
     "TP=1, tiny checkpoints: text and multimodal DFLASH token-identical to plain greedy, block attention on and "
-    "off; accept length 8.00 of 8; again with the kernel's current defaults on an H100 (2026-12-05)"
+    "off; accept length 8.00 of 8; again with the kernel's defaults of 2026-12-05 (section 17's) on an H100"
 )
 _GPU_0516 = (
     "TP=1, tiny checkpoints: text and multimodal DFLASH token-identical to plain greedy, with and without the "
@@ -160,7 +160,7 @@ def installs_of(changes) -> tuple[str, ...]:
 
 RUNS = (
     "GPU runs: one H200, TP=1, the tiny offline checkpoints; 0.5.13 and 0.5.16 re-run with the plugin after issue 19 "
-    "(2026-12-03), 0.5.17 with the plugin before it; 0.5.13 again on one H100 with the block kernel's current defaults "
+    "(2026-12-03), 0.5.17 with the plugin before it; 0.5.13 again on one H100 with the block kernel's section-17 defaults "
     "(2026-12-05, docs/gpu_runs.md section 19). 0.5.18+ pin torch >= 2.13, which the GPU machine here does not "
     "have: never run on a GPU here. Every row's plan is checked against that line's published source "
     "(test_sglang_source_lines.py)."

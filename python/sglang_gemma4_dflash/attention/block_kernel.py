@@ -51,8 +51,9 @@ class Tuning:
 
 
 def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
-    """Picked from sweeps at Gemma-4-31B shapes (docs/gpu_runs.md: one H200, sections 9, 11, 12 and 14; one H100,
-    section 17: the global tile at batch >= 8, ``pdl``), or from the file ``SGLANG_GEMMA4_DFLASH_BLOCK_TUNING``
+    """Picked from sweeps at Gemma-4-31B shapes (docs/gpu_runs.md: one H200, sections 9, 11, 12, 14 and 20 (the
+    global layers' split size and count at batch 1, ``block_split``); one H100, section 17: the global tile at
+    batch >= 8, ``pdl``), or from the file ``SGLANG_GEMMA4_DFLASH_BLOCK_TUNING``
     names (16-bit elements only). 4-byte elements (an fp32 model) get half the key tile, row tiles of at most 64
     and no pipelining, so the tiles still fit in shared memory."""
     tuning = _default_tuning_16bit(head_dim, batch)
@@ -111,16 +112,17 @@ def tuning_file_rows(path: str) -> tuple:
 
 def _default_tuning_16bit(head_dim: int, batch: int) -> Tuning:
     if head_dim >= 512:  # the target's global layers
-        if batch == 1:  # the whole query tile held once (no score slices), 8 warps
-            return Tuning(m_tile=64, block_n=32, num_warps=8, num_stages=3, pdl=1)
+        if batch == 1:  # the whole query tile held once (no score slices), 8 warps; one program per SM (16 splits)
+            return Tuning(64, 32, min_split=32, programs_per_sm=1, num_warps=8, num_stages=3, pdl=1, block_split=1)
         if batch < 8:  # row tile 64 + value halves + 64-wide score slices: wgmma, no spills; one program per SM
-            return Tuning(64, 32, num_warps=4, num_stages=5, dv_parts=2, d_chunk=64, programs_per_sm=1, pdl=1)
+            return Tuning(64, 32, num_warps=4, num_stages=5, dv_parts=2, d_chunk=64, programs_per_sm=1, pdl=1,
+                          block_split=1)  # fmt: skip
         # all 8 heads x 16 positions of a KV head in one tile (8 warps): each key tile read once per value half
         return Tuning(128, 32, num_warps=8, num_stages=3, dv_parts=2, d_chunk=64, programs_per_sm=1, pdl=1)
     if head_dim >= 256:  # the target's sliding layers; 128-wide score slices
         if batch == 1:  # few programs: smaller row tiles give more of them
             return Tuning(m_tile=16, block_n=64, num_warps=8, num_stages=5, d_chunk=128, programs_per_sm=1, pdl=1)
-        return Tuning(m_tile=32, block_n=64, num_warps=4, num_stages=3, d_chunk=128, programs_per_sm=2, pdl=1)
+        return Tuning(32, 64, num_warps=4, num_stages=3, d_chunk=128, programs_per_sm=2, pdl=1, block_split=1)
     # the draft (head dim 128, 8 query heads per KV head: row tile 64 gives wgmma)
     return Tuning(m_tile=64, block_n=32 if 1 < batch < 8 else 64, num_warps=4, num_stages=3, pdl=1)
 
