@@ -9,6 +9,7 @@ whole contexts, blocks at the start of a context, ragged batches.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -139,6 +140,14 @@ def test_default_tunings_match_reference(name, dtype):
     err = rel_err(run_kernel(case, splits=2, tuning=tuning), reference(case))
     limit = 1e-5 if DEVICE == "cpu" else (5e-3 if dtype == torch.float32 else 1e-2)
     assert err < limit, f"{name} {dtype} {tuning}: relative error {err:.2e}"
+
+
+def test_the_defaults_are_the_tilings_timed_in_section_20():
+    """The 16-bit defaults that section 20 of docs/gpu_runs.md changed are the tuning file it timed, field for field."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "h200_sglang0517_section20_tuning.json"
+    for row in block_kernel.tuning_file_rows(str(path)):
+        for batch in (row["min_batch"], min(row["max_batch"], 16)):
+            assert block_kernel._default_tuning_16bit(row["head_dim"], batch) == row["tuning"], (row, batch)
 
 
 @pytest.mark.parametrize("splits", [1, 3], ids=["direct", "merged"])
