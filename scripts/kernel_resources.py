@@ -86,6 +86,7 @@ def compile_fwd(bk, kind: str, tuning, dtype: str = "bf16") -> dict:
         "kind": kind,
         "dtype": dtype,
         **{k: getattr(tuning, k) for k in ("m_tile", "block_n", "num_warps", "num_stages", "dv_parts", "d_chunk")},
+        "programs_per_sm": tuning.programs_per_sm,  # what the split count is planned for; blocks_per_sm: what fits
         "rows_per_program": constants["M_TILE"],
         "shared_bytes": shared,
         "registers": registers,
