@@ -26,14 +26,7 @@ class Trace:
     def launch(self, ts, kernel_us, name="k", tid=1, early_us=0):
         """A kernel that runs after the ones before it, later than its launch (only the correlation ties the two);
         ``early_us``: it starts that much before the previous kernel ends (programmatic dependent launch)."""
-        self.corr += 1
-        args = {"correlation": self.corr}
-        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": ts, "dur": 2,
-                            "tid": tid, "args": args})  # fmt: skip
-        start = max(ts + 5000, self.gpu_free) - early_us
-        self.events.append({"ph": "X", "cat": "kernel", "name": name, "ts": start, "dur": kernel_us + early_us,
-                            "tid": 7, "args": args})  # fmt: skip
-        self.gpu_free = start + kernel_us + early_us
+        self.replay(ts, [(-early_us, kernel_us + early_us, name)], tid=tid)
 
     def replay(self, ts, kernels, tid=1, api="cudaGraphLaunch"):
         """One launch whose kernels (``(start offset us, duration us, name)``, after the GPU frees) share its
