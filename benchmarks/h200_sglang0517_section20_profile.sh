@@ -1,4 +1,4 @@
-# SUPERSEDED for 0.5.17 by benchmarks/h200_sglang0517_section21_step.sh (section 20 changed the defaults); not run.
+# SUPERSEDED for 0.5.17 by benchmarks/sglang0517_section21_step.sh (section 20 changed the defaults); not run.
 # NOT RUN YET (written 2026-12-05, fourth session, for the next one; any H100 or H200, plain and DFLASH in one call):
 # where the 0.5.17 step's time goes at the cells whose verify attention misses 1.5x decode (64 x 1, 64 x 4;
 # section 18) and at 2048 x 1, with profile_31b_step's analyser as of 503cac5 (a kernel launched early under PDL
