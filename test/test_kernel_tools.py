@@ -23,11 +23,12 @@ import kernel_resources  # noqa: E402
 
 
 def compiled(*variants: str) -> list[dict]:
-    """kernel_resources.py's rows for these variants, compiled for sm_90a in a process without the interpreter."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    """kernel_resources.py's rows for these variants (none: the defaults), compiled for sm_90a in a process without
+    the interpreter or a tuning file."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", block_kernel.TUNING_ENV)}
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "kernel_resources.py"), "--variants", *variants],
-        env=env, capture_output=True, text=True, timeout=600,
+        env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -45,16 +46,11 @@ def test_kernel_compiles_for_sm90_as_the_gpu_runs_it():
     assert three["blocks_per_sm"] == 2 and five["blocks_per_sm"] == 1 and five["shared_bytes"] > three["shared_bytes"]
 
 
-def test_each_default_plans_its_splits_for_no_more_programs_than_an_sm_holds(tmp_path):
+def test_each_default_plans_its_splits_for_no_more_programs_than_an_sm_holds():
     """The static split count assumes ``programs_per_sm`` programs run on each SM at once; a tiling whose shared
     memory or registers fit fewer runs its splits in more waves than planned (the global layers at batch 1 did until
     docs/gpu_runs.md section 20: 2 planned, 1 fitting, 20% slower at 8192 tokens)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", block_kernel.TUNING_ENV)}
-    out = tmp_path / "defaults.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "kernel_resources.py"), "--out", str(out)], env=env,
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(out.read_text())["rows"]
+    rows = compiled()
     assert len(rows) == 7 and all(r["what"].startswith("default") for r in rows)
     for row in rows:
         assert 1 <= row["programs_per_sm"] <= row["blocks_per_sm"], row
