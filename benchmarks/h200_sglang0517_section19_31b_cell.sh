@@ -1,5 +1,5 @@
-# `32768 4` RAN 2026-12-05 (fifth session, call 2) on an H200, 555 s: docs/gpu_runs.md section 20. `8192 16`: not run yet
-# (the fourth session asked for an H200 and none came; the fifth spent its time on section 20).
+# `32768 4` RAN 2026-12-05 (fifth session, call 2) on an H200, 555 s: docs/gpu_runs.md section 20. `8192 16` RAN 2026-12-06
+# on an H200, 231 s: section 21.
 # (written 2026-12-05 for the next session; H200, `needs_h200`): the 31B step at one cell, plain and
 # DFLASH in one call, one call per cell (each timed run prefills again: hybrid-SWA prefixes past the window are not
 # reused, so one repeat). Run as `timeout 580 bash benchmarks/h200_sglang0517_section19_31b_cell.sh PROMPT BATCH`:

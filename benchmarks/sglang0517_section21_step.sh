@@ -1,4 +1,4 @@
-# NOT RUN YET (sixth session of 2026-12-05: fifteen calls, no H100 or H200 came). Replaces the fifth session's
+# RAN 2026-12-06 on an H200, 369 s: docs/gpu_runs.md section 21 (not run in the sixth session of 2026-12-05: no card came). Replaces the fifth session's
 # h200_sglang0517_section21_step.sh: runs on whichever card comes and names the JSON for it (h200_ or
 # h100_sglang0517_31b_sweep_k.json; section 19 fitted 64-8192 x 1 / 4 on an H100, batch 16 untried there). The
 # 31B step with section 20's defaults at 64 / 8192 / 2048 tokens (2048 last: section 20 measured it at batch 1
