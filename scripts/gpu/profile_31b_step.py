@@ -6,7 +6,7 @@
         [--profile-prompt-lens 2048,8192] [--max-cell-tokens N]
         [--steps 8] [--trace-dir $OUT/traces] [--plain-reference EARLIER.json]
 
-Modes: plain; dflash (with the plugin and its block attention kernel); dflash-nokernel (the plugin with
+Modes: plain; dflash or plugin (with the plugin and its block attention kernel); stock (= dflash-noplugin); dflash-nokernel (the plugin with
 SGLANG_GEMMA4_DFLASH_BLOCK_ATTENTION=0); dflash-noplugin (SGLANG_PLUGINS without it); dflash-eager-head (v2 with
 SGLANG_DFLASH_EAGER_DRAFT_SAMPLER=1: the head runs outside the draft graph, through the plugin's head). Servers start
 with SGLANG_GEMMA4_DFLASH_PREBUILD_SAMPLING=0 (greedy only) and --context-length (default: the longest prompt plus
@@ -78,6 +78,8 @@ ATTENTION_KERNELS = (
     "_block_attn_reduce",
 )
 MODE_ENV = {
+    "plugin": {},  # the sweep's names: plugin = dflash, stock = dflash-noplugin
+    "stock": {"SGLANG_PLUGINS": "some_other_name"},
     "dflash-nokernel": {"SGLANG_GEMMA4_DFLASH_BLOCK_ATTENTION": "0"},
     "dflash-noplugin": {"SGLANG_PLUGINS": "some_other_name"},
     "dflash-eager-head": {"SGLANG_DFLASH_EAGER_DRAFT_SAMPLER": "1"},  # v2: the head out of the draft graph
@@ -386,6 +388,7 @@ def summarise(report: dict, bandwidth_tbs: float) -> None:
             row["host_ms"] = round(row["t_step_ms"] - median["gpu_busy"], 3)
         if median.get("graph_gaps") is not None:
             row["graph_gaps_ms"] = median["graph_gaps"]
+        row["tokens_per_s_per_request"] = round(1000 / row["t_step_ms"], 1)  # one token a step (random draft)
         base = plain.get((row["prompt_len"], row["batch"]))
         if row["mode"] == "plain" or not base:
             continue
@@ -396,6 +399,9 @@ def summarise(report: dict, bandwidth_tbs: float) -> None:
         row["ideal_c"] = round((base + extra_ms) / base, 3)
         row["verify_compute_floor_ms"] = round(1000 * 2 * TARGET_PARAMS * tokens / (H200_BF16_TFLOPS * 1e12), 3)
         row.update({f"projected_speedup_at_{L}": round(L / c, 3) for L in bench.ACCEPT_LENGTHS})
+        row.update(
+            {f"projected_tokens_per_s_at_{L}": round(1000 * L / row["t_step_ms"], 1) for L in bench.ACCEPT_LENGTHS}
+        )
 
 
 def reference_plain_steps(path: str) -> dict:
@@ -438,6 +444,12 @@ def main() -> None:
         help="more server flags, one string (e.g. '--swa-full-tokens-ratio 0.1': the sliding layers' pool is 0.8 of "
         "the full one by default, 52 of the 58 GB of KV at 31B shapes, so 8192 x 16 does not fit)",
     )
+    parser.add_argument(
+        "--kv-cache-dtype",
+        default="bf16",
+        choices=("bf16", "fp8_e4m3", "fp8_e5m2"),
+        help="the servers' KV cache (bf16: SGLang's default, the model dtype); every row carries it",
+    )
     parser.add_argument("--bandwidth-tbs", type=float, default=4.3, help="measured copy bandwidth, for the ideal")
     parser.add_argument("--trace-dir", help="copy the batch-1 trace of each mode here (gzipped)")
     parser.add_argument(
@@ -459,6 +471,7 @@ def main() -> None:
         prompt_lens if args.profile_prompt_lens is None else [int(p) for p in args.profile_prompt_lens.split(",") if p]
     )
     context = args.context_length or max(prompt_lens) + bench.N_LONG + PROFILE_TOKENS + 64
+    kv_args = [] if args.kv_cache_dtype == "bf16" else ["--kv-cache-dtype", args.kv_cache_dtype]
     paths = bench.write_configs(args.work_dir)
     tiny = {k: str(v) for k, v in write_tiny_checkpoints(os.path.join(args.work_dir, "tiny")).items()}
     out_dir = os.path.dirname(os.path.abspath(args.out))
@@ -470,6 +483,7 @@ def main() -> None:
         "steps_profiled": args.steps,
         "repeats": args.repeats,
         "extra_server_args": args.server_args,
+        "kv_cache_dtype": args.kv_cache_dtype,
         "categories": CATEGORIES,
         "bandwidth_tbs": args.bandwidth_tbs,
         "draft_bytes": DRAFT_BYTES,
@@ -503,7 +517,10 @@ def main() -> None:
         try:
             with e2e.Server(
                 paths["target"],
-                bench.server_args(tiny["target_mm"], max(batches), False, context) + extra + args.server_args.split(),
+                bench.server_args(tiny["target_mm"], max(batches), False, context)
+                + extra
+                + kv_args
+                + args.server_args.split(),
                 env=env,
                 ready_timeout=480,
                 log_path=server_log,
@@ -512,10 +529,15 @@ def main() -> None:
                 info = e2e.server_info(server.base_url)
                 pool = info.get("max_total_num_tokens")
                 server_report["max_total_num_tokens"] = pool
+                cell_facts = {
+                    "kv_cache_dtype": args.kv_cache_dtype,
+                    "gpu": (report["hardware"]["gpus"] or ["?"])[0].split(",")[0],
+                    "sglang": info.get("version") or report["versions"].get("sglang"),
+                }
                 log(f"{mode}: ready in {server_report['ready_s']} s, KV pool {pool} tokens")
                 for prompt_len in prompt_lens:
                     for b in batches:
-                        row = {"mode": mode, "prompt_len": prompt_len, "batch": b}
+                        row = {"mode": mode, "prompt_len": prompt_len, "batch": b} | cell_facts
                         cell = prompt_len * b
                         if (args.max_cell_tokens and cell > args.max_cell_tokens) or (pool and cell > pool):
                             server_report.setdefault("skipped", []).append(f"{prompt_len}x{b}")
