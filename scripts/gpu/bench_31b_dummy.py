@@ -28,8 +28,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import tempfile
 import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 from sglang_gemma4_dflash.bench import report as report_
 from sglang_gemma4_dflash_testkit import e2e
@@ -176,6 +179,65 @@ def measure(base_url: str, batches: list[int], repeats: int = 2, prompt_len: int
             "per_request_accept": [g.meta_info.get("spec_accept_length") for g in outs[:4]],
         }
         log(f"  batch {b}: {rate:.1f} tok/s per sequence, {rate * b:.1f} tok/s total")
+    return rows
+
+
+def stream_timeline(base_url: str, prompt: list[int], new_tokens: int, timeout: float = 1200.0) -> tuple[list, dict]:
+    """One greedy request through the native `/generate` with `stream`: (arrival time, tokens generated so far) per
+    chunk, from the chunk's `meta_info.completion_tokens`, and the last chunk's `meta_info`."""
+    payload = {"input_ids": prompt, "sampling_params": {"temperature": 0.0, "ignore_eos": True,
+               "max_new_tokens": new_tokens}, "stream": True}  # fmt: skip
+    request = urllib.request.Request(
+        f"{base_url}/generate", json.dumps(payload).encode(), {"Content-Type": "application/json"}
+    )
+    timeline, meta = [], {}
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        for line in response:
+            if line.startswith(b"data:") and line.strip() != b"data: [DONE]":
+                meta = json.loads(line[5:])["meta_info"]
+                timeline.append((time.perf_counter(), int(meta["completion_tokens"])))
+    return timeline, meta
+
+
+def window_rates(timelines: list[list[tuple]], skip: int = N_SHORT) -> tuple[list[float], float]:
+    """Per request, tokens per second inside the window where every request is decoding: from the moment the last
+    one has its first `skip` tokens to the moment the first one ends. Also the window's length (s)."""
+    start = max(next(t for t, n in tl if n >= min(skip, tl[-1][1])) for tl in timelines)
+    end = min(tl[-1][0] for tl in timelines)
+    rates = []
+    for tl in timelines:
+        inside = [(t, n) for t, n in tl if start <= t <= end]
+        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+            return [], max(0.0, end - start)
+        rates.append((inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0]))
+    return rates, end - start
+
+
+def measure_streamed(base_url: str, batches: list[int], prompt_len: int = PROMPT_LEN, new_tokens: int = 0) -> dict:
+    """Per batch size: `b` requests in flight, each streamed; the decode rate inside the window where all of them
+    decode (`window_rates`). One prefill per cell, where `measure` pays three (a long hybrid-SWA prompt is not reused
+    from the prefix cache)."""
+    rows = {}
+    for b in batches:
+        prompts = prompts_for(b, prompt_len)
+        n = new_tokens or N_SHORT + N_LONG
+        with ThreadPoolExecutor(max_workers=b) as pool:
+            streams = list(pool.map(lambda p: stream_timeline(base_url, p, n), prompts))
+        rates, window = window_rates([timeline for timeline, _ in streams])
+        if not rates:
+            rows[str(b)] = {"per_seq_tokens_per_s": None, "window_s": round(window, 4),
+                            "error": "no window in which every request decoded"}  # fmt: skip
+            continue
+        rate = statistics.median(rates)
+        rows[str(b)] = {
+            "method": "streamed",
+            "window_s": round(window, 4),
+            "per_seq_tokens_per_s": round(rate, 2),
+            "per_seq_tokens_per_s_spread": [round(min(rates), 2), round(max(rates), 2)],
+            "total_tokens_per_s": round(rate * b, 2),
+            "per_request_accept": [meta.get("spec_accept_length") for _, meta in streams[:4]],
+        }
+        log(f"  batch {b}: {rate:.1f} tok/s per sequence over {window:.2f} s (streamed)")
     return rows
 
 

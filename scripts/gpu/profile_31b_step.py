@@ -439,6 +439,12 @@ def main() -> None:
         "prompts past the window are not reused from the prefix cache)",
     )
     parser.add_argument(
+        "--streamed",
+        action="store_true",
+        help="time each cell from one streamed run (bench_31b_dummy.measure_streamed: one prefill per cell) instead "
+        "of differencing short and long runs (three prefills)",
+    )
+    parser.add_argument(
         "--server-args",
         default="",
         help="more server flags, one string (e.g. '--swa-full-tokens-ratio 0.1': the sliding layers' pool is 0.8 of "
@@ -482,6 +488,7 @@ def main() -> None:
         "context_length": context,
         "steps_profiled": args.steps,
         "repeats": args.repeats,
+        "timing": "streamed" if args.streamed else "differenced",
         "extra_server_args": args.server_args,
         "kv_cache_dtype": args.kv_cache_dtype,
         "categories": CATEGORIES,
@@ -543,9 +550,12 @@ def main() -> None:
                             server_report.setdefault("skipped", []).append(f"{prompt_len}x{b}")
                             continue
                         log_start = os.path.getsize(server_log)
-                        row.update(
-                            bench.measure(server.base_url, [b], repeats=args.repeats, prompt_len=prompt_len)[str(b)]
-                        )
+                        if args.streamed:
+                            row.update(bench.measure_streamed(server.base_url, [b], prompt_len=prompt_len)[str(b)])
+                        else:
+                            row.update(
+                                bench.measure(server.base_url, [b], repeats=args.repeats, prompt_len=prompt_len)[str(b)]
+                            )
                         row["t_step_ms"] = step_time_ms(row, dflash)
                         with open(server_log, "rb") as f:
                             f.seek(log_start)
