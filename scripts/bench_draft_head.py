@@ -1,6 +1,6 @@
 """The plugin's greedy draft head at Gemma-4-31B shapes on one GPU: ours vs upstream's algorithm vs the roofline.
 
-    python scripts/bench_draft_head.py --out benchmarks/h200_draft_head.json    # GPU, under 2 minutes on an H200
+    python scripts/bench_draft_head.py --out benchmarks/draft_head/h200_torch_head.json   # GPU, < 2 minutes on an H200
     python scripts/bench_draft_head.py --cpu-smoke --out /tmp/head_smoke.json   # tiny shapes on CPU: checks only
 
 For N draft tokens the head returns argmax over the vocabulary of hs @ W.T (ties: the lowest id). Shapes are
@@ -163,7 +163,7 @@ def _command(*cmd) -> str | None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="benchmarks/h200_draft_head.json")
+    ap.add_argument("--out", default="benchmarks/draft_head/h200_torch_head.json")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on CPU: exactness, NaN rows, the JSON")
     ap.add_argument("--reps", type=int, default=None, help="timed calls per figure (default 30 on GPU, 3 on CPU)")
     args = ap.parse_args()

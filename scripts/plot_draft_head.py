@@ -1,6 +1,6 @@
 """Plot the draft-head benchmark (scripts/bench_draft_head.py): time per draft step vs draft tokens, and the roofline.
 
-python scripts/plot_draft_head.py benchmarks/h200_draft_head.json docs/draft_head_perf.png
+python scripts/plot_draft_head.py benchmarks/draft_head/h200_torch_head.json /tmp/draft_head.png
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("json", nargs="?", default="benchmarks/h200_draft_head.json")
-    ap.add_argument("png", nargs="?", default="docs/draft_head_perf.png")
+    ap.add_argument("json", nargs="?", default="benchmarks/draft_head/h200_torch_head.json")
+    ap.add_argument("png", nargs="?", default="draft_head.png")
     args = ap.parse_args()
     res = json.load(open(args.json))
     rows = sorted(res["rows"], key=lambda r: r["tokens"])

@@ -144,7 +144,7 @@ def test_default_tunings_match_reference(name, dtype):
 
 def test_the_defaults_are_the_tilings_timed_in_section_20():
     """The 16-bit defaults that section 20 of docs/gpu_runs.md changed are the tuning file it timed, field for field."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "h200_sglang0517_section20_tuning.json"
+    path = Path(__file__).resolve().parents[1] / "benchmarks/block_attention/h200_defaults_tuning.json"
     for row in block_kernel.tuning_file_rows(str(path)):
         for batch in (row["min_batch"], min(row["max_batch"], 16)):
             assert block_kernel._default_tuning_16bit(row["head_dim"], batch) == row["tuning"], (row, batch)

@@ -74,7 +74,7 @@ def test_readme_support_table_is_the_tables_markdown():
 
 
 def test_each_row_claims_a_gpu_run_only_where_one_ran_and_none_for_torch_2_13_lines():
-    """What ran on the GPU machine here (docs/gpu_runs.md sections 5, 7 and 9): 0.5.13, 0.5.16 and 0.5.17 at
+    """What ran on the GPU machine here (benchmarks/identity/): 0.5.13, 0.5.16 and 0.5.17 at
     TP=1. 0.5.18+ pin torch >= 2.13, which that machine does not have."""
     assert [r.version for r in lines.LINES if r.gpu] == ["0.5.13", "0.5.16", "0.5.17"]
     assert all(r.torch.startswith("2.11") for r in lines.LINES if r.gpu)

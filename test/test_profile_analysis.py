@@ -1,5 +1,5 @@
 """scripts/gpu/profile_31b_step.py's trace reading, on hand-built chrome traces shaped like the H200 ones (Python
-frames, CUDA runtime launches, kernels tied to them by correlation id). The GPU run itself is in docs/gpu_runs.md."""
+frames, CUDA runtime launches, kernels tied to them by correlation id). The GPU runs are in benchmarks/step_31b/."""
 
 import gzip
 import json
@@ -200,7 +200,7 @@ def test_kernels_of_launches_that_are_not_replays_have_no_graph_gaps(tmp_path):
     assert result["median_ms"]["gpu_busy"] == pytest.approx(0.2)
 
 
-# two decode lines of the 0.5.17 DFLASH server at 8192 x 16 (H200, section 18): two requests waited the whole cell
+# two decode lines of the 0.5.17 DFLASH server at 8192 x 16 (H200, without --min-free-slots-delay 1): two requests waited the whole cell
 QUEUED_LOG = """\
 [2026-12-05 16:57:12] Decode batch, #running-req: 14, #full token: 115220, full token usage: 0.32, #swa token: 14854, \
 swa token usage: 0.41, accept len: 1.00, accept rate: 0.00, cuda graph: True, gen throughput (token/s): 7.72, #queue-req: 2

@@ -1,7 +1,7 @@
 """Plot c (DFLASH step / plain step) against prompt length per batch size, from profile_31b_step.py JSONs.
 
-    python scripts/gpu/plot_31b_sweep.py docs/31b_sweep_c.png benchmarks/h200_sglang0517_31b_sweep_{e,f}.json \
-        benchmarks/h200_sglang0513_31b_sweep_kernel.json
+    S=benchmarks/step_31b; python scripts/gpu/plot_31b_sweep.py $S/c_by_context.png \
+        $S/h200_sglang0517{,_8192x16,_repeat,_repeat_2048,_32768x4}.json $S/h200_sglang0513.json
 
 One panel per SGLang line: c per mode and batch, every measured row a marker, the line through the mean of a cell's
 rows (a cell measured in several calls has several markers); the issue's goals dotted. A last panel, where some cell

@@ -10,7 +10,7 @@ Modes: plain; dflash or plugin (with the plugin and its block attention kernel);
 SGLANG_GEMMA4_DFLASH_BLOCK_ATTENTION=0); dflash-noplugin (SGLANG_PLUGINS without it); dflash-eager-head (v2 with
 SGLANG_DFLASH_EAGER_DRAFT_SAMPLER=1: the head runs outside the draft graph, through the plugin's head). Servers start
 with SGLANG_GEMMA4_DFLASH_PREBUILD_SAMPLING=0 (greedy only) and --context-length (default: the longest prompt plus
-the tokens the measurement generates). Results of the H200 runs: docs/gpu_runs.md sections 8 and 9.
+the tokens the measurement generates). Results and commands: benchmarks/step_31b/README.md.
 
 Same target, draft and server flags as bench_31b_dummy.py (decode CUDA graphs on, piecewise off). One server per
 mode; per prompt length P and batch size b, in that server (each row of the JSON's "rows" carries mode, prompt_len,
@@ -405,7 +405,7 @@ def summarise(report: dict, bandwidth_tbs: float) -> None:
 
 
 def reference_plain_steps(path: str) -> dict:
-    """Plain step times of an earlier JSON: its rows, or (section 8's format) modes.plain keyed by batch at 64."""
+    """Plain step times of an earlier JSON: its rows, or (the first JSONs' format) modes.plain keyed by batch at 64."""
     with open(path) as f:
         ref = json.load(f)
     if "rows" in ref:
