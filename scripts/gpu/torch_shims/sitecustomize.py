@@ -2,11 +2,13 @@
 
 On PYTHONPATH only when SGL_TORCH211_SHIM names the built library (scripts/gpu/torch_shims/build.sh): every Python
 process of the server, the scheduler's spawned children included, then loads it with RTLD_GLOBAL after torch, so
-sgl_kernel's extension finds the five symbols torch 2.11 lacks.
+sgl_kernel's extension finds the five symbols torch 2.11 lacks. An image's own sitecustomize still runs after it.
 """
 
+import importlib.util
 import os
 import sys
+from importlib.machinery import PathFinder
 
 _SHIM = os.environ.get("SGL_TORCH211_SHIM")
 
@@ -25,3 +27,8 @@ class _LoadShimFirst:
 
 if _SHIM:
     sys.meta_path.insert(0, _LoadShimFirst())
+
+_here = os.path.dirname(os.path.abspath(__file__))
+_next = PathFinder.find_spec("sitecustomize", [p for p in sys.path if os.path.abspath(p or ".") != _here])
+if _next is not None and _next.loader is not None:
+    _next.loader.exec_module(importlib.util.module_from_spec(_next))
