@@ -16,7 +16,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CMD=${1:-}
 NAME=${2:?usage: carry.sh pack|check|unpack NAME ...}
-DIR=$ROOT/.carry/$NAME
+DIR=${CARRY_DIR:-$ROOT/.carry}/$NAME
 PART_SIZE=${PART_SIZE:-56M}
 
 check() {  # every part named in SHA256SUMS present and whole?
