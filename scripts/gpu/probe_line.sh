@@ -89,7 +89,7 @@ if [ "$TORCH_PIN" != "$TORCH_HERE" ]; then
   export SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=${SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND:-python}
 fi
 echo "torch $TORCH_HERE here, SGLang $LINE pins $TORCH_PIN; tree core: ${SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND:-rust}"
-imports plain sgl_kernel flashinfer.sampling $STARTUP
+imports plain sglang sgl_kernel flashinfer.sampling $STARTUP
 
 if ! python3 -c "import sgl_kernel" >/dev/null 2>&1 && [ "$SHIM" != off ]; then
   step "build torch211 shim" 60 bash "$HERE/torch_shims/build.sh" sgl_kernel && \
