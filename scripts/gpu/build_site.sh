@@ -73,6 +73,8 @@ echo "== 3/5 strip"
   rm -f sgl_kernel/infllm_ops*.so
   # SGLang parts launch_server never imports: gRPC core, the diffusion runtime, kernel tests/benchmarks
   rm -rf sglang/srt/grpc/_core.*.so sglang/multimodal_gen sglang/jit_kernel/tests sglang/jit_kernel/benchmark
+  # SGLang >= 0.5.2x: Rust extensions for the Rust server, gRPC, benchmarks and two other models' image processors
+  rm -f sglang/srt/rust_extensions/_{bench,server,grpc,multimodal}.*.so; rm -rf sglang/kernels/jit/benchmark
   rm -f xgrammar/lib/libxgrammar.a     # static library for C++ users
   # flashinfer: keep the package and the headers JIT builds include; drop the bundled projects' tests/docs/examples
   if [ -d flashinfer/data ]; then
@@ -81,6 +83,13 @@ echo "== 3/5 strip"
         thrust/testing thrust/examples thrust/docs cub/test cub/benchmarks cub/examples cub/docs \
         libcudacxx/test libcudacxx/benchmarks libcudacxx/docs libcudacxx/examples)
     (cd flashinfer/data/spdlog && rm -rf tests example bench scripts)
+    # flashinfer >= 0.7: JIT sources of MoE / DSV4 / KDA / GDN / FMHA / Blackwell kernels (the sampling, norm and
+    # rope sources are single files at the top of csrc/ and stay) and the MoE backend's tuning artifacts
+    (cd flashinfer/data/csrc && rm -rf cake_dsv4 cake_sampling kda fused_moe cake_fmha gdn experimental \
+        blackwell_bf16_fp4 cake_bgmv_moe blackwell_msa nv_internal cake_vsa_sm90 cake_sage_block_sparse_attention \
+        cake_batch_deepgemm_fp8 fmha_v2 cake_vsa cake_trtllm_mla_blackwell cake_grouped_fp8_gemm \
+        cake_fused_qk_rope_append alphamoe_nvfp4_sm100.cu)
+    rm -rf flashinfer/fused_moe/backends/cudnn_frost/artifacts
   fi
   find . -name __pycache__ -type d -prune -exec rm -rf {} +
   find ./IPython -type d \( -name tests -o -name test \) -prune -exec rm -rf {} + 2>/dev/null || true

@@ -1,0 +1,49 @@
+"""scripts/gpu/carry.sh on a small wheel: parts and SHA256SUMS here, then on the "device" side a missing or damaged
+part is named (exit 3) and a complete set unpacks into a folder that imports before site-packages."""
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+CARRY = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "carry.sh"
+
+
+def run(*args, env):
+    return subprocess.run(["bash", str(CARRY), *args], env=env, capture_output=True, text=True)
+
+
+def test_carry_pack_check_unpack(tmp_path):
+    wheel = tmp_path / "carry_probe_pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("carry_probe_pkg/__init__.py", "VALUE = 'carried'\n" + "# padding\n" * 40000)
+        z.writestr("carry_probe_pkg-1.0.dist-info/METADATA", "Name: carry-probe-pkg\nVersion: 1.0\n")
+    bindir = os.path.dirname(sys.executable)  # `python3` with torch, as on the GPU machine
+    env = dict(os.environ, CARRY_DIR=str(tmp_path / "carry"), PART_SIZE="100K", PATH=f"{bindir}:{os.environ['PATH']}")
+    packed = run("pack", "t", str(wheel), env=env)
+    assert packed.returncode == 0, packed.stderr
+    parts = sorted((tmp_path / "carry" / "t").glob("part.*"))
+    assert len(parts) >= 3 and packed.stdout.count("carry.sh check t") == len(parts)
+
+    held = parts[1].read_bytes()
+    parts[1].unlink()
+    missing = run("check", "t", env=env)
+    assert missing.returncode == 3 and f"missing or damaged: {parts[1].name}" in missing.stderr
+    assert f"{len(parts) - 1} of {len(parts)} parts whole" in missing.stderr
+    parts[1].write_bytes(held[:-1] + b"x")  # damaged
+    assert run("check", "t", env=env).returncode == 3
+    parts[1].write_bytes(held)
+    assert run("check", "t", env=env).returncode == 0
+
+    target = tmp_path / "target"
+    unpacked = run("unpack", "t", str(target), env=env)
+    assert unpacked.returncode == 0, unpacked.stderr
+    assert unpacked.stdout.strip().startswith(f"export PYTHONPATH={target}")
+    links = sorted(p.name for p in (target / "nvidia").iterdir())  # the image's CUDA libraries, for torch's RPATH
+    assert links and all((target / "nvidia" / name).is_symlink() for name in links)
+    probe = "import carry_probe_pkg; print(carry_probe_pkg.VALUE, carry_probe_pkg.__file__)"
+    out = subprocess.run(
+        ["bash", "-c", f"{unpacked.stdout}\npython3 -c {probe!r}"], env=env, capture_output=True, text=True
+    )
+    assert out.stdout.split() == ["carried", str(target / "carry_probe_pkg" / "__init__.py")], out.stderr
