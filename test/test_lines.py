@@ -21,13 +21,13 @@ SCRIPT = textwrap.dedent(
     import json, os, sys
     from sglang_gemma4_dflash_testkit.cpu_standins import install
     install()
-    from sglang_gemma4_dflash import compat
+    from sglang_gemma4_dflash.compat import symbols
     if len(sys.argv) > 1:
-        compat.installed_sglang_version = lambda: sys.argv[1]  # a line the table does not have
+        symbols.installed_sglang_version = lambda: sys.argv[1]  # a line the table does not have
     from sglang.srt.plugins import load_plugins
     load_plugins()
     from sglang_gemma4_dflash import doctor
-    out = {"version": compat.installed_sglang_version(), "text": doctor.format_report(doctor.report())}
+    out = {"version": symbols.installed_sglang_version(), "text": doctor.format_report(doctor.report())}
     os.environ["SGLANG_GEMMA4_DFLASH_BLOCK_ATTENTION"] = "0"  # read when the plan is made: one piece left out
     out["kernel_off"] = doctor.report()["against_the_table"]
     print(json.dumps(out))

@@ -13,7 +13,8 @@ import os
 import sys
 from importlib.metadata import entry_points
 
-from sglang_gemma4_dflash import __version__, compat, hooks, lines
+from sglang_gemma4_dflash import __version__, lines, plan
+from sglang_gemma4_dflash.compat import probe, symbols
 
 ENTRY_POINT = "gemma4_dflash"
 
@@ -58,16 +59,16 @@ def head_self_check(device: str, *, vocab: int = 50_000, hidden: int = 512, toke
 
 
 def report() -> dict:
-    """What SGLang's loader would install here, from the same plan the plugin uses (``hooks.resolve``); it
+    """What SGLang's loader would install here, from the same plan the plugin uses (``plan.resolve``); it
     imports SGLang's Gemma 4 models and DFlash workers, which the plugin itself leaves to the schedulers."""
-    features = compat.probe()
-    plan = hooks.resolve(features)
+    features = probe.features()
+    resolved = plan.resolve(features)
     status = entry_point_status()
-    changes = [{"target": c.target, "how": c.how, "why": c.why, "required": c.required} for c in plan.installed]
+    changes = [{"target": c.target, "how": c.how, "why": c.why, "required": c.required} for c in resolved.installed]
     return {
         "plugin_version": __version__,
         "sglang_version": features.version,
-        "supported_sglang": f">= {compat.FIRST_SUPPORTED}",
+        "supported_sglang": f">= {symbols.FIRST_SUPPORTED}",
         "dflash_worker": features.worker,
         "gemma4_targets": [
             {"class": t.path, "upstream_capture": t.upstream_capture, "capture_problem": t.capture_problem}
@@ -80,11 +81,11 @@ def report() -> dict:
         "plugin_installs": changes if status["enabled"] else [],
         "plugin_would_install": changes,
         "not_installable": [
-            {"piece": s.piece, "problem": s.problem, "required": s.required, "then": hooks.consequence(s)}
-            for s in plan.skipped
+            {"piece": s.piece, "problem": s.problem, "required": s.required, "then": plan.consequence(s)}
+            for s in resolved.skipped
         ],
-        "left_to_upstream": [{"what": u.what, "why": u.why} for u in plan.left],
-        "against_the_table": lines.compare(features.version, plan.installed),
+        "left_to_upstream": [{"what": u.what, "why": u.why} for u in resolved.left],
+        "against_the_table": lines.compare(features.version, resolved.installed),
         "lines": [dataclasses.asdict(row) for row in lines.LINES],
     }
 

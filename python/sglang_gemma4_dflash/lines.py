@@ -1,7 +1,7 @@
 """What the plugin installs on each SGLang line from 0.5.12 to 0.5.23, and what has run where.
 
 A table for people (``doctor``, the start-up line, README), never an input to what the plugin does: that is
-decided from the installed line itself (``compat.probe``, ``hooks.plan``). ``test/test_sglang_source_lines.py``
+decided from the installed line itself (``compat.probe``, ``plan.changes``). ``test/test_sglang_source_lines.py``
 computes each row's plan and SGLang-side facts from that line's published wheel and compares them with this
 table; README's support table is ``markdown()``.
 """
@@ -23,7 +23,7 @@ DFLASH_DP = "speculative.dflash_dp"  # 0.5.23: DP DFlash's gather of a vocab-par
 
 @dataclass(frozen=True)
 class Installs:
-    """One plan: what the plugin installs on a line, as ``hooks.plan`` gives it (``installs_of``)."""
+    """One plan: what the plugin installs on a line, as ``plan.changes`` gives it (``installs_of``)."""
 
     name: str
     summary: str
@@ -149,7 +149,7 @@ def compare(version: str, changes) -> str:
 
 
 def change_text(change) -> str:
-    """A ``hooks.Change`` as the table writes it."""
+    """A ``plan.Change`` as the table writes it."""
     cls, method = change.target.rsplit(".", 2)[-2:]
     return f"{change.how} {cls}.{method}" + (" (required)" if change.required else "")
 
