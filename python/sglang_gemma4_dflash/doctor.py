@@ -109,37 +109,48 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def format_report(info: dict) -> str:
+    """The report as text: what is installed, what the plugin installs here, what each SGLang line supports."""
     targets = [
-        f"{t['class'].rsplit('.', 1)[1]} (capture: {'upstream' if t['upstream_capture'] else 'missing upstream'}"
-        + (f"; CANNOT capture: {t['capture_problem']}" if t["capture_problem"] else "")
+        f"{target['class'].rsplit('.', 1)[1]} (capture: "
+        + ("upstream" if target["upstream_capture"] else "missing upstream")
+        + (f"; CANNOT capture: {target['capture_problem']}" if target["capture_problem"] else "")
         + ")"
-        for t in info["gemma4_targets"]
+        for target in info["gemma4_targets"]
     ] + [f"{path.rsplit('.', 1)[1]} (inherits)" for path in info["gemma4_subclasses"]]
     enabled = info["enabled"]
+    entry_point = f"sglang.srt.plugins:{ENTRY_POINT} " + (
+        "visible" if info["entry_point_visible"] else "NOT visible (is the package installed?)"
+    )
+    if not enabled:
+        entry_point += f", disabled by SGLANG_PLUGINS={info['SGLANG_PLUGINS']}"
+    installed = [
+        ("plugin", info["plugin_version"]),
+        ("SGLang", f"{info['sglang_version']} (the plugin supports {info['supported_sglang']})"),
+        ("DFlash worker", info["dflash_worker"] or "none"),
+        ("entry point", entry_point),
+        ("Gemma 4 targets", ", ".join(targets) or "none"),
+    ]
+    indent = " " * 11  # under the target, after "  <how:8> "
     out = [
-        f"sglang-gemma4-dflash {info['plugin_version']}",
-        f"SGLang {info['sglang_version']} (the plugin supports {info['supported_sglang']}), "
-        f"DFlash worker: {info['dflash_worker'] or 'none'}",
-        f"entry point sglang.srt.plugins:{ENTRY_POINT}: "
-        + ("visible" if info["entry_point_visible"] else "NOT visible (is the package installed?)")
-        + ("" if enabled else f", disabled by SGLANG_PLUGINS={info['SGLANG_PLUGINS']}"),
-        "Gemma 4 targets: " + (", ".join(targets) or "none"),
+        "installed:",
+        *lines.columns(installed),
         "the plugin installs:"
         if enabled
         else "the plugin would install (it is not loaded here, so SGLang runs as is):",
         *[
-            f"  {c['how']:8s} {c['target']}{' (required on this line)' if c['required'] else ''}\n           {c['why']}"
-            for c in info["plugin_would_install"]
+            f"  {change['how']:8s} {change['target']}{' (required on this line)' if change['required'] else ''}"
+            f"\n{indent}{change['why']}"
+            for change in info["plugin_would_install"]
         ],
         *[
-            f"  NOT installable: {s['piece']}: {s['problem']}\n           then: {s['then']}"
-            for s in info["not_installable"]
+            f"  NOT installable: {piece['piece']}: {piece['problem']}\n{indent}then: {piece['then']}"
+            for piece in info["not_installable"]
         ],
         "left to upstream:",
-        *[f"  {u['what']}: {u['why']}" for u in info["left_to_upstream"]],
+        *[f"  {left['what']}: {left['why']}" for left in info["left_to_upstream"]],
         f"against the table of lines: {info['against_the_table']}",
-        "what the plugin installs on each line, and what ran where (the table, checked against each wheel):",
-        lines.format_lines(),
+        f"what each SGLang line supports (* this one; the evidence: {lines.EVIDENCE} in the project's repository):",
+        lines.format_lines(info["sglang_version"]),
     ]
     check = info.get("head_self_check")
     if check:
