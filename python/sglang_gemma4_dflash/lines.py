@@ -21,8 +21,8 @@ DFLASH_DP = "speculative.dflash_dp"  # 0.5.23: DP DFlash's gather of a vocab-par
 # What this project has shown on a line, one word each (``Line.shown``), and how the tables say it.
 SHOWN = {
     "gpu": "GPU run",  # DFLASH served with the plugin on a GPU here
-    "cpu": "CPU only",  # the CPU test suite runs on this line; never on a GPU here
-    "source": "source only",  # its published source was read; never installed here
+    "cpu": "CPU only",  # the CPU test suite runs on this line
+    "source": "source only",  # its published source was read (test_sglang_source_lines.py)
 }
 
 
