@@ -224,16 +224,16 @@ def _rank(rank: int, world: int, case: dict) -> dict:
 
     load_plugins()  # as every SGLang process does; the hook goes on when the draft model's module is imported
     from sglang.srt.models.dflash import DFlash2DraftModel
-    from sglang_gemma4_dflash import compat
+    from sglang_gemma4_dflash.compat import registry, runtime, symbols
     from sglang_gemma4_dflash.dflash import candidates
 
-    group = compat.batch_group()
+    group = runtime.batch_group()
     assert (group.world_size, group.rank_in_group) == (world, rank)
     draft = tiny_dflash2.load_draft(case["draft2"])
     assert type(draft) is DFlash2DraftModel
     head = tiny_dflash2.target_head(case["target"])
     out = {
-        "hooked": compat.hook_in_place(f"{compat.DFLASH2_DRAFT}.compute_candidates", candidates.compute_candidates),
+        "hooked": registry.hook_in_place(f"{symbols.DFLASH2_DRAFT}.compute_candidates", candidates.compute_candidates),
         "topk": _part(_topk_cases, group, world),
         "tiny": _part(_tiny_walks, draft, head, case["walks"], None),
         "tiny_perturbed": _part(_tiny_walks, draft, head, case["walks"][:1], world - 1),

@@ -50,7 +50,8 @@ CHECK = textwrap.dedent(
     from sglang.srt.server_args import ServerArgs
     from sglang.srt.speculative import spec_info
     from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
-    from sglang_gemma4_dflash import compat, plugin
+    from sglang_gemma4_dflash import plugin
+    from sglang_gemma4_dflash.compat import registry
     from sglang_gemma4_dflash.state import STATE
     PLANT = sys.argv[1]
     WORKER = "sglang.srt.speculative.dflash_worker_v2"
@@ -90,9 +91,9 @@ CHECK = textwrap.dedent(
         fn, layers = getattr(cls, name), 0  # what the picked class runs, through its MRO
         while hasattr(fn, "__wrapped__"):
             fn, layers = fn.__wrapped__, layers + 1
-        if layers != 1 or not compat.hook_in_place(change.target, change.impl):
+        if layers != 1 or not registry.hook_in_place(change.target, change.impl):
             problems.append(f"{cls.__qualname__}.{name}: {layers} wrapper(s), the plugin's hook in place on "
-                            f"DFlashWorkerV2: {compat.hook_in_place(change.target, change.impl)}")
+                            f"DFlashWorkerV2: {registry.hook_in_place(change.target, change.impl)}")
     for module in (dflash_dp, disaggregation):
         hooked = [t for t in HookRegistry._hooks if t.startswith(module.__name__ + ".")]
         changed = [n for n, f in vars(module).items() if getattr(f, "__module__", "") == module.__name__

@@ -3,7 +3,7 @@
 
 Each DP group drafts its own batch, so the two groups call the head with different row counts. A
 collective over the whole TP group would pair those calls (a hang on GPU, an error or wrong rows with
-gloo); the head must split over the ranks that share the rows (``compat.batch_group()``) and give every
+gloo); the head must split over the ranks that share the rows (``runtime.batch_group()``) and give every
 rank of a group the full-vocabulary argmax of its own rows.
 """
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(
 def _rank(rank: int, world: int) -> dict:
     from sglang.srt.models.gemma4_causal import Gemma4ForCausalLM, Gemma4TextScaledWordEmbedding
     from sglang.srt.runtime_context import get_parallel
-    from sglang_gemma4_dflash import compat
+    from sglang_gemma4_dflash.compat import runtime
     from sglang_gemma4_dflash.dflash import worker_hooks
 
     dp_rank = int(get_parallel().attn_dp_rank)
@@ -41,7 +41,7 @@ def _rank(rank: int, world: int) -> dict:
         raise AssertionError("upstream's head must not run for a Gemma 4 target")
 
     ids = worker_hooks.greedy_sample(upstream, worker, hidden_states=hidden, lm_head=head, chunk_size=256)
-    group = compat.batch_group()
+    group = runtime.batch_group()
     return {"dp_rank": dp_rank, "ids": ids.tolist(), "group": int(group.world_size)}
 
 

@@ -66,21 +66,21 @@ def _worker(variant: bool = False):
 
 
 def _build(worker):
-    from sglang_gemma4_dflash import compat
+    from sglang_gemma4_dflash.compat import runtime
     from sglang_gemma4_dflash.dflash import worker_hooks
 
     # A CPU server captures no CUDA graphs, so SGLang publishes no graph batch sizes (upstream builds a
     # sampler only when it captures); the sampler's buffers are sized here for 2 draft blocks.
-    compat.max_draft_graph_bs = lambda worker: 2
+    runtime.max_draft_graph_bs = lambda worker: 2
     return worker_hooks.build_split_sampler(type(worker)._maybe_build_draft_sampler, worker)
 
 
 def _rank(rank: int, world: int) -> dict:
-    from sglang_gemma4_dflash import compat
+    from sglang_gemma4_dflash.compat import runtime
     from sglang_gemma4_dflash.dflash.draft_sampler import SplitHeadDraftSampler
 
     _, hidden = inputs()
-    out = {"tp": int(compat.tp_group().world_size), "group": int(compat.batch_group().world_size)}
+    out = {"tp": int(runtime.tp_group().world_size), "group": int(runtime.batch_group().world_size)}
     plain = _worker()
     sampler = _build(plain)
     out["plain"] = type(sampler).__name__

@@ -1,6 +1,6 @@
 """The draft head on a CUDA device: the eager head and the graph-captured split sampler.
 
-Skipped without a GPU (CI has none); run on a GPU machine with `python -m pytest -q test/test_gpu_head.py`.
+Marked ``gpu`` and skipped without a GPU (CI has none); run on a GPU machine with `python -m pytest -q -m gpu`.
 The oracle is a full-vocabulary argmax of fp32-accumulated logits rounded to the weight dtype, with
 planted exact ties (lowest id wins).
 """
@@ -8,7 +8,10 @@ planted exact ties (lowest id wins).
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)"),
+]
 
 
 def _head(vocab, hidden, dtype, seed=0):

@@ -16,8 +16,8 @@ import sys
 import textwrap
 
 import pytest
-from sglang_gemma4_dflash import hooks
-from sglang_gemma4_dflash.compat import SGLangFeatures, TargetClass, WorkerClass
+from sglang_gemma4_dflash import plan
+from sglang_gemma4_dflash.compat.probe import SGLangFeatures, TargetClass, WorkerClass
 
 HEADER = textwrap.dedent(
     """
@@ -28,9 +28,9 @@ HEADER = textwrap.dedent(
     from sglang.srt.models.gemma4_causal import Gemma4ForCausalLM
     from sglang.srt.plugins import load_plugins
     from sglang.srt.plugins.hook_registry import HookRegistry
-    from sglang_gemma4_dflash import compat
+    from sglang_gemma4_dflash.compat import probe, registry, symbols
     from sglang_gemma4_dflash.dflash import worker_hooks
-    WORKER = compat.resolve(compat.probe().workers[0].path)
+    WORKER = symbols.resolve(probe.features().workers[0].path)
 
     def start(ids=(0, 2)):
         # What a DFLASH start does first with a Gemma 4 target: set the capture layers.
@@ -188,7 +188,7 @@ def test_an_sglang_module_that_fails_to_import_costs_only_its_own_piece(request,
         BREAK_MM_IMPORT
         + textwrap.dedent(
             """
-        compat.probe.cache_clear()
+        probe.features.cache_clear()
         load_plugins()
         from sglang_gemma4_dflash import doctor
         info = doctor.report()
@@ -228,11 +228,11 @@ def test_a_gemma4_model_that_cannot_capture_is_named_and_refused_where_the_plugi
         import forward_0511
         from sglang.srt.models.gemma4_causal import Gemma4TextModel
         Gemma4TextModel.forward = forward_0511.forward
-        compat.probe.cache_clear()
+        probe.features.cache_clear()
         load_plugins()
         from sglang_gemma4_dflash import doctor
         out = {{"start": start(), "doctor": doctor.format_report(doctor.report()),
-               "problem": [t.capture_problem for t in compat.probe().targets]}}
+               "problem": [t.capture_problem for t in probe.features().targets]}}
         """,
         python,
         **extra,
@@ -248,8 +248,8 @@ def test_a_gemma4_model_that_cannot_capture_is_named_and_refused_where_the_plugi
 
 
 def test_the_installed_lines_can_capture(sglang_0513):
-    out, _ = run("out = {'problems': [t.capture_problem for t in compat.probe().targets]}")
-    old, _ = run("out = {'problems': [t.capture_problem for t in compat.probe().targets]}", *sglang_0513[:1])
+    out, _ = run("out = {'problems': [t.capture_problem for t in probe.features().targets]}")
+    old, _ = run("out = {'problems': [t.capture_problem for t in probe.features().targets]}", *sglang_0513[:1])
     assert out == old == {"problems": [None, None]}
 
 
@@ -303,7 +303,7 @@ def test_the_worker_class_each_line_instantiates_is_hooked(request, line):
                 continue
             path = cls.__module__ + "." + cls.__qualname__
             out[str(disable_overlap)] = [path, all(
-                compat.hook_in_place(path + "." + name, impl)
+                registry.hook_in_place(path + "." + name, impl)
                 for name, impl in (("__init__", worker_hooks.check_draft_at_init),
                                    ("_greedy_sample_from_vocab_parallel_head", worker_hooks.greedy_sample))
             )]
@@ -325,7 +325,7 @@ def test_a_line_with_both_worker_classes_gets_both_hooked():
         WorkerClass("v2", "x.dflash_worker_v2.DFlashWorkerV2", graph_sampler=True),
         WorkerClass("v1", "x.dflash_worker.DFlashWorker", graph_sampler=False),
     )
-    changes, _ = hooks.plan(SGLangFeatures("test", workers, targets, ()))
+    changes, _ = plan.changes(SGLangFeatures("test", workers, targets, ()))
     hooked = {c.target.split(".", 1)[1] for c in changes}
     for worker in ("dflash_worker_v2.DFlashWorkerV2", "dflash_worker.DFlashWorker"):
         assert f"{worker}._greedy_sample_from_vocab_parallel_head" in hooked

@@ -21,13 +21,13 @@ SCRIPT = textwrap.dedent(
     import json, os, sys
     from sglang_gemma4_dflash_testkit.cpu_standins import install
     install()
-    from sglang_gemma4_dflash import compat
+    from sglang_gemma4_dflash.compat import symbols
     if len(sys.argv) > 1:
-        compat.installed_sglang_version = lambda: sys.argv[1]  # a line the table does not have
+        symbols.installed_sglang_version = lambda: sys.argv[1]  # a line the table does not have
     from sglang.srt.plugins import load_plugins
     load_plugins()
     from sglang_gemma4_dflash import doctor
-    out = {"version": compat.installed_sglang_version(), "text": doctor.format_report(doctor.report())}
+    out = {"version": symbols.installed_sglang_version(), "text": doctor.format_report(doctor.report())}
     os.environ["SGLANG_GEMMA4_DFLASH_BLOCK_ATTENTION"] = "0"  # read when the plan is made: one piece left out
     out["kernel_off"] = doctor.report()["against_the_table"]
     print(json.dumps(out))
@@ -53,9 +53,12 @@ def test_the_start_up_line_and_doctor_say_this_lines_row_and_doctor_names_a_diff
     loaded = [x for x in log.splitlines() if "sglang-gemma4-dflash 0.1.0 loaded on SGLang" in x]
     assert len(loaded) == 1 and loaded[0].endswith(f"it installs: {row.installs.summary}"), log[-3000:]
     assert f"against the table of lines: as the table says for SGLang {line} ({row.installs.name}," in out["text"]
-    for other in lines.LINES:  # what the plugin installs on every other line, and what ran where
-        assert f"  {other.version:13s} {other.installs.name:9s} torch {other.torch}" in out["text"]
-    assert lines.RUNS in out["text"]
+    table = doctor_table(out["text"])
+    assert [r[0].strip("* ") for r in table[1:]] == [r.version for r in lines.LINES]  # every line, in order
+    assert [r for r in table if r[0].startswith("*")] == [table[1 + lines.LINES.index(row)]]  # this one marked
+    for text, other in zip(table[1:], lines.LINES):
+        assert text[1:] == [other.torch, other.installs.name, other.dp_attention, lines.SHOWN[other.shown]]
+    assert f"the evidence: {lines.EVIDENCE}" in out["text"]
     assert out["kernel_off"].startswith(f"DIFFERS from the table for SGLang {line}")
     assert (
         "not installed here: ['around TritonAttnBackend.__init__', 'around TritonAttnBackend.forward_extend']"
@@ -73,9 +76,45 @@ def test_readme_support_table_is_the_tables_markdown():
     assert lines.markdown() in README.read_text(), "paste lines.markdown() into README's support section"
 
 
-def test_each_row_claims_a_gpu_run_only_where_one_ran_and_none_for_torch_2_13_lines():
-    """What ran on the GPU machine here (benchmarks/identity/): 0.5.13, 0.5.16 and 0.5.17 at
-    TP=1. 0.5.18+ pin torch >= 2.13, which that machine does not have."""
-    assert [r.version for r in lines.LINES if r.gpu] == ["0.5.13", "0.5.16", "0.5.17"]
-    assert all(r.torch.startswith("2.11") for r in lines.LINES if r.gpu)
-    assert [r.version for r in lines.LINES if r.cpu] == ["0.5.13", "0.5.23"]
+def doctor_table(text: str) -> list[list[str]]:
+    """The cells of doctor's table of lines, split where every row leaves a gap of two spaces or more at the same
+    column (so a misaligned column fails to split)."""
+    rows = text.split("what each SGLang line supports", 1)[1].splitlines()[1:]
+    rows = rows[: next(i for i, r in enumerate(rows) if r.strip() == "plans:")]
+    width = max(map(len, rows))
+    rows = [r.ljust(width) for r in rows]
+    gaps = [i for i in range(1, width) if all(r[i - 1 : i + 1] == "  " for r in rows)]
+    cuts = [0] + [i + 1 for i in gaps if i + 1 not in gaps] + [width]
+    return [[r[a:b].strip() for a, b in zip(cuts, cuts[1:]) if r[a:b].strip() or a == 0] for r in rows]
+
+
+def test_doctors_table_splits_into_its_columns_only_when_aligned():
+    table = lines.format_lines("0.5.16").splitlines()
+    text = "what each SGLang line supports:\n" + "\n".join(table)
+    assert doctor_table(text)[0] == ["SGLang", "torch", "the plugin installs", "DFLASH with DP attention", "shown here"]
+    broken = [t.replace("  v2+graph ", " v2+graph  ", 1) for t in table]  # one cell shifted by a column
+    assert len(doctor_table("what each SGLang line supports:\n" + "\n".join(broken))[0]) < 5
+
+
+def test_each_rows_evidence_level_is_what_this_project_showed():
+    """GPU runs here: 0.5.13, 0.5.16 and 0.5.17 (torch 2.11 lines); the CPU suite: 0.5.23 (and 0.5.13, already at
+    gpu); every other line's published source only."""
+    assert {r.version: r.shown for r in lines.LINES if r.shown != "source"} == {
+        "0.5.13": "gpu",
+        "0.5.16": "gpu",
+        "0.5.17": "gpu",
+        "0.5.23": "cpu",
+    }
+    assert all(r.torch.startswith("2.11") for r in lines.LINES if r.shown == "gpu")
+
+
+def test_an_unknown_evidence_level_is_refused_by_name():
+    with pytest.raises(ValueError, match="shown='ran'; use one of"):
+        lines.Line("0.5.99", "2.14.1", lines.V1, lines.DP_REFUSED, "ran")
+
+
+def test_the_table_carries_no_run_history():
+    """Data only: no dates, section or issue numbers, no notes about runs."""
+    text = lines.markdown() + lines.format_lines()
+    for word in ("2026", "section", "issue", "H200", "H100", "re-run", "gpu_runs"):
+        assert word not in text

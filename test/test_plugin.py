@@ -13,8 +13,8 @@ import textwrap
 from importlib.metadata import entry_points
 
 import pytest
-from sglang_gemma4_dflash import hooks
-from sglang_gemma4_dflash.compat import SGLangFeatures, TargetClass, WorkerClass
+from sglang_gemma4_dflash import plan
+from sglang_gemma4_dflash.compat.probe import SGLangFeatures, TargetClass, WorkerClass
 
 PROBE = textwrap.dedent(
     """
@@ -26,15 +26,15 @@ PROBE = textwrap.dedent(
     from sglang.srt.plugins.hook_registry import HookRegistry
     load_plugins()
     load_plugins()  # a second call (engine + scheduler paths) must change nothing
-    from sglang_gemma4_dflash import compat, plugin
+    from sglang_gemma4_dflash import plugin
+    from sglang_gemma4_dflash.compat import probe, registry, symbols
     from sglang_gemma4_dflash.state import STATE
-    imported_by_load_plugins = sorted(m for m in compat.hooked_modules() if m in sys.modules)
+    imported_by_load_plugins = sorted(m for m in probe.hooked_modules() if m in sys.modules)
     if STATE.loaded:
         plugin.register()  # nor must a direct second registration
     # What a scheduler does later: SGLang imports the Gemma 4 models (its model registry) and the worker.
     from sglang.srt.models.gemma4_causal import Gemma4ForCausalLM
     from sglang.srt.models.gemma4_mm import Gemma4ForConditionalGeneration
-    from sglang_gemma4_dflash.compat import probe, resolve
 
     def ours(cls, text_attr):
         # Behaviour, not identity: upstream accepts an empty id list, the plugin's method refuses it.
@@ -48,11 +48,11 @@ PROBE = textwrap.dedent(
             return "empty" in str(exc)
         return False
 
-    worker = resolve(probe().workers[0].path)
+    worker = symbols.resolve(probe.features().workers[0].path)
     from sglang_gemma4_dflash.attention import backend_hooks
     block_hooks = [
-        compat.hook_in_place(compat.TRITON_BACKEND + ".__init__", backend_hooks.init_backend),
-        compat.hook_in_place(compat.TRITON_BACKEND + ".forward_extend", backend_hooks.route_verify),
+        registry.hook_in_place(symbols.TRITON_BACKEND + ".__init__", backend_hooks.init_backend),
+        registry.hook_in_place(symbols.TRITON_BACKEND + ".forward_extend", backend_hooks.route_verify),
     ]
     print(json.dumps({
         "block_hooks": block_hooks,
@@ -60,10 +60,10 @@ PROBE = textwrap.dedent(
         "mm_ours": ours(Gemma4ForConditionalGeneration, "language_model"),
         "hook_counts": {t: len(h) for t, h in HookRegistry._hooks.items()},
         "patched": sorted(HookRegistry._patched),
-        "worker": probe().worker,
+        "worker": probe.features().worker,
         "worker_wrapped": hasattr(worker._greedy_sample_from_vocab_parallel_head, "__wrapped__"),
         "v1_step_wrapped": hasattr(getattr(worker, "_prepare_for_speculative_decoding", None), "__wrapped__"),
-        "sglang": probe().version,
+        "sglang": probe.features().version,
         "imported_by_load_plugins": imported_by_load_plugins,
     }))
     """
@@ -137,7 +137,7 @@ def test_load_plugins_in_a_process_that_runs_no_model_imports_only_the_plugin(re
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [m for m in out["new"] if not m.startswith("sglang_gemma4_dflash")] == [], out["new"][:40]
-    assert len(out["new"]) <= 20 and out["s"] < 0.5, out
+    assert len(out["new"]) <= 30 and out["s"] < 0.5, out  # the plugin's own modules (25 on 0.5.23), nothing else
     assert "sglang-gemma4-dflash" in proc.stderr  # the plugin did run
 
 
@@ -160,26 +160,26 @@ def _features(worker, upstream_capture, graph_sampler=False):
 
 
 def test_plan_for_a_v1_line_adds_capture_and_unblocks_the_draft_step():
-    changes, _ = hooks.plan(_features("v1", upstream_capture=False))
+    changes, _ = plan.changes(_features("v1", upstream_capture=False))
     how = {c.target.rsplit(".", 2)[-2] + "." + c.target.rsplit(".", 1)[1]: c.how for c in changes}
-    assert how["Gemma4ForCausalLM.set_dflash_layers_to_capture"] == hooks.ADD
-    assert how["Gemma4ForConditionalGeneration.set_dflash_layers_to_capture"] == hooks.ADD
-    assert how["DFlashWorker._prepare_for_speculative_decoding"] == hooks.AROUND
-    assert how["DFlashWorker._greedy_sample_from_vocab_parallel_head"] == hooks.AROUND
-    assert how["DFlashWorker.__init__"] == hooks.AROUND
+    assert how["Gemma4ForCausalLM.set_dflash_layers_to_capture"] == plan.ADD
+    assert how["Gemma4ForConditionalGeneration.set_dflash_layers_to_capture"] == plan.ADD
+    assert how["DFlashWorker._prepare_for_speculative_decoding"] == plan.AROUND
+    assert how["DFlashWorker._greedy_sample_from_vocab_parallel_head"] == plan.AROUND
+    assert how["DFlashWorker.__init__"] == plan.AROUND
 
 
 def test_plan_for_a_v2_line_wraps_capture_and_splits_the_graph_head():
-    changes, left = hooks.plan(_features("v2", upstream_capture=True, graph_sampler=True))
+    changes, left = plan.changes(_features("v2", upstream_capture=True, graph_sampler=True))
     how = {c.target.rsplit(".", 2)[-2] + "." + c.target.rsplit(".", 1)[1]: c.how for c in changes}
-    assert how["Gemma4ForCausalLM.set_dflash_layers_to_capture"] == hooks.AROUND  # upstream's still runs
-    assert how["DFlashWorkerV2._maybe_build_draft_sampler"] == hooks.AROUND
+    assert how["Gemma4ForCausalLM.set_dflash_layers_to_capture"] == plan.AROUND  # upstream's still runs
+    assert how["DFlashWorkerV2._maybe_build_draft_sampler"] == plan.AROUND
     assert "DFlashWorkerV2._prepare_for_speculative_decoding" not in how
     assert left, "the plan must say what it leaves to upstream"
 
 
 def test_plan_without_dflash_touches_no_worker():
-    changes, left = hooks.plan(_features(None, upstream_capture=False))
+    changes, left = plan.changes(_features(None, upstream_capture=False))
     assert all("set_dflash_layers_to_capture" in c.target for c in changes)
     assert any("no DFLASH worker" in u.why for u in left)
 
@@ -218,7 +218,7 @@ OTHER_PLUGIN = textwrap.dedent(
     assert "sglang.srt.speculative.dflash_worker_v2" not in sys.modules
     load_plugins()  # its apply_hooks() imports the worker for the other hook: the plugin installs inside that pass
     from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
-    from sglang_gemma4_dflash import compat
+    from sglang_gemma4_dflash.compat import registry
     from sglang_gemma4_dflash.dflash import worker_hooks
     wrappers, fn = 0, DFlashWorkerV2._greedy_sample_from_vocab_parallel_head
     while hasattr(fn, "__wrapped__"):
@@ -226,8 +226,8 @@ OTHER_PLUGIN = textwrap.dedent(
     print(json.dumps({
         "wrappers": wrappers,
         "hooks": len(HookRegistry._hooks[TARGET]),
-        "ours": compat.hook_in_place(TARGET, worker_hooks.greedy_sample),
-        "init": compat.hook_in_place(TARGET.rsplit(".", 1)[0] + ".__init__", worker_hooks.check_draft_at_init),
+        "ours": registry.hook_in_place(TARGET, worker_hooks.greedy_sample),
+        "init": registry.hook_in_place(TARGET.rsplit(".", 1)[0] + ".__init__", worker_hooks.check_draft_at_init),
     }))
     """
 )

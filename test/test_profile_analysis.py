@@ -1,15 +1,24 @@
-"""scripts/gpu/profile_31b_step.py's trace reading, on hand-built chrome traces shaped like the H200 ones (Python
-frames, CUDA runtime launches, kernels tied to them by correlation id). The GPU runs are in benchmarks/step_31b/."""
+"""The test kit's reading of a step's profile (``sglang_gemma4_dflash_testkit.trace``, which
+scripts/gpu/profile_31b_step.py uses on a GPU), on hand-built chrome traces shaped like the H200 ones (Python
+frames, CUDA runtime launches, kernels tied to them by correlation id) and on server log lines."""
 
 import gzip
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from sglang_gemma4_dflash_testkit import trace
+from sglang_gemma4_dflash_testkit.trace import StepModel
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "gpu"))
-import profile_31b_step as profile  # noqa: E402
+# Round numbers: what the summary derives from them is easy to check by hand.
+MODEL = StepModel(
+    target_params=30_000_000_000,
+    draft_bytes=3_000_000_000,
+    head_bytes=1_000_000_000,
+    block_size=16,
+    accept_lengths=(5.4, 6.46),
+    peak_tflops=1000.0,
+)
 
 V2_STEP = "sglang/srt/speculative/dflash_worker_v2.py(1366): forward_batch_generation"
 PLAIN_STEP = "sglang/srt/managers/tp_worker.py(622): forward_batch_generation"
@@ -41,6 +50,17 @@ class Trace:
                                 "args": args})  # fmt: skip
             self.gpu_free = max(self.gpu_free, base + offset + dur)
 
+    def step(self, name, ts, dur, runner_us):
+        """A worker step's frame and, 100 us into it, the model runner's forward."""
+        self.frame(name, ts, dur)
+        self.frame(RUNNER, ts + 100, runner_us)
+
+    def plain_steps(self, count=4, period=40_000, dur=30_000, runner_us=20_000):
+        """``count`` plain steps ``period`` us apart; yields each one's start, for its launches."""
+        for n in range(count):
+            self.step(PLAIN_STEP, n * period, dur, runner_us)
+            yield n * period
+
     def write(self, path: Path) -> str:
         with gzip.open(path, "wt") as f:
             json.dump({"traceEvents": self.events}, f)
@@ -52,14 +72,12 @@ def dflash_trace(steps: int = 5) -> Trace:
     t = Trace()
     for n in range(steps):
         s = n * 10_000
-        t.frame(V2_STEP, s, 9_000)
-        t.frame(RUNNER, s + 100, 500)
+        t.step(V2_STEP, s, 9_000, 500)
         t.launch(s + 200, 700, "draft_graph")
         t.frame("sglang_gemma4_dflash/dflash/worker_hooks.py(60): greedy_sample", s + 700, 300)
         t.frame("sglang_gemma4_dflash/head/greedy.py(270): greedy_token_ids", s + 710, 280)
         t.launch(s + 800, 650, "head_gemm")
-        t.frame(PLAIN_STEP, s + 1_100, 6_000)  # the verify: the target worker inside the DFLASH step
-        t.frame(RUNNER, s + 1_200, 5_000)
+        t.step(PLAIN_STEP, s + 1_100, 6_000, 5_000)  # the verify: the target worker inside the DFLASH step
         t.launch(s + 1_300, 16_000 + n, "target_graph")  # n: the median must pick a middle step
         t.frame("sglang/srt/speculative/dflash_worker_v2.py(1008): _append_target_hidden_to_draft_kv_by_loc",
                 s + 7_200, 500)  # fmt: skip
@@ -69,7 +87,7 @@ def dflash_trace(steps: int = 5) -> Trace:
 
 
 def test_dflash_step_is_split_by_the_frames_that_launched_each_kernel(tmp_path):
-    result = profile.analyse(dflash_trace().write(tmp_path / "t.json.gz"), dflash=True)
+    result = trace.analyse(dflash_trace().write(tmp_path / "t.json.gz"), dflash=True)
     assert result["steps_used"] == 3  # the first and last step may be cut by the profiler window
     median = result["median_ms"]
     assert median["draft"] == pytest.approx(0.7)
@@ -85,14 +103,11 @@ def test_dflash_step_is_split_by_the_frames_that_launched_each_kernel(tmp_path):
 
 def test_plain_step_charges_the_forward_to_the_target_and_sampling_to_other(tmp_path):
     t = Trace()
-    for n in range(4):
-        s = n * 20_000
-        t.frame(PLAIN_STEP, s, 19_000)
-        t.frame(RUNNER, s + 100, 17_000)
+    for s in t.plain_steps(period=20_000, dur=19_000, runner_us=17_000):
         t.launch(s + 200, 16_500, "decode_graph")
         t.frame("sglang/srt/layers/sampler.py(80): forward", s + 17_500, 100)
         t.launch(s + 17_550, 9, "argmax")
-    median = profile.analyse(t.write(tmp_path / "p.json.gz"), dflash=False)["median_ms"]
+    median = trace.analyse(t.write(tmp_path / "p.json.gz"), dflash=False)["median_ms"]
     assert median["target"] == pytest.approx(16.5)
     assert median["other"] == pytest.approx(0.009)
     assert median["draft"] == median["draft_head"] == median["draft_kv"] == 0.0
@@ -102,12 +117,12 @@ def test_kernels_launched_outside_a_step_or_on_another_thread_are_not_charged(tm
     t = dflash_trace()
     t.launch(49_500, 5_000, "between_steps")  # after the last step frame ended
     t.frame(V2_STEP, 10_000, 9_000, tid=2)  # another thread's frames do not wrap thread 1's launches
-    result = profile.analyse(t.write(tmp_path / "t.json.gz"), dflash=True)
+    result = trace.analyse(t.write(tmp_path / "t.json.gz"), dflash=True)
     assert result["median_ms"]["gpu_busy"] == pytest.approx(0.7 + 0.65 + 16.002 + 0.09 + 0.03)
 
 
 def test_too_few_steps_is_reported_not_raised(tmp_path):
-    result = profile.analyse(dflash_trace(steps=2).write(tmp_path / "t.json.gz"), dflash=True)
+    result = trace.analyse(dflash_trace(steps=2).write(tmp_path / "t.json.gz"), dflash=True)
     assert "only 2 worker steps" in result["error"]
 
 
@@ -121,15 +136,16 @@ def test_summary_gives_c_the_ideal_and_the_projection_against_plain():
             {"mode": "dflash", "prompt_len": 8192, "batch": 1, "t_step_ms": 30.0},  # no plain row at 8192
         ]
     }  # fmt: skip
-    profile.summarise(report, bandwidth_tbs=4.0)
+    trace.summarise(report, bandwidth_tbs=4.0, model=MODEL)
     plain, row, alone = report["rows"]
     assert row["c"] == 1.25 and row["host_ms"] == 1.5
     assert row["projected_speedup_at_6.46"] == pytest.approx(6.46 / 1.25, abs=1e-3)
-    assert row["ideal_step_ms"] == pytest.approx(20.0 + 1000 * (profile.DRAFT_BYTES + profile.HEAD_BYTES) / 4e12, 1e-3)
+    assert row["ideal_step_ms"] == pytest.approx(20.0 + 1.0)  # 4 GB at 4 TB/s
+    assert row["verify_compute_floor_ms"] == pytest.approx(0.96)  # 2 x 30e9 x 16 tokens at 1000 TFLOP/s
     assert plain["host_ms"] == 1.0 and "c" not in plain
     assert "c" not in alone  # c only against plain at the same prompt length and batch
     report["plain_reference_ms"] = {(8192, 1): 24.0}
-    profile.summarise(report, bandwidth_tbs=4.0)
+    trace.summarise(report, bandwidth_tbs=4.0, model=MODEL)
     assert alone["c"] == 1.25
 
 
@@ -137,29 +153,24 @@ def test_attention_kernels_are_summed_per_category(tmp_path):
     t = Trace()
     for n in range(4):
         s = n * 10_000
-        t.frame(V2_STEP, s, 9_000)
-        t.frame(RUNNER, s + 100, 500)
+        t.step(V2_STEP, s, 9_000, 500)
         t.launch(s + 200, 40, "_block_attn_fwd")  # the draft's block attention
         t.launch(s + 250, 300, "draft_gemm")
-        t.frame(PLAIN_STEP, s + 1_100, 6_000)
-        t.frame(RUNNER, s + 1_200, 5_000)
+        t.step(PLAIN_STEP, s + 1_100, 6_000, 5_000)
         t.launch(s + 1_300, 200, "_block_attn_fwd")
         t.launch(s + 1_400, 20, "_block_attn_reduce")
         t.launch(s + 1_500, 15_000, "gemm")
-    result = profile.analyse(t.write(tmp_path / "a.json.gz"), dflash=True)
+    result = trace.analyse(t.write(tmp_path / "a.json.gz"), dflash=True)
     assert result["attention_ms"] == {"target": pytest.approx(0.22), "draft": pytest.approx(0.04)}
 
 
 def test_a_kernel_launched_early_is_charged_only_its_time_after_the_kernel_before_it(tmp_path):
     t = Trace()
-    for n in range(4):
-        s = n * 40_000
-        t.frame(PLAIN_STEP, s, 30_000)
-        t.frame(RUNNER, s + 100, 20_000)
+    for s in t.plain_steps():
         t.launch(s + 200, 15_000, "gemm")
         t.launch(s + 300, 200, "_block_attn_fwd", early_us=50)  # waits 50 us under the gemm
         t.launch(s + 400, 20, "_block_attn_reduce", early_us=190)  # resident since 10 us into the first pass
-    result = profile.analyse(t.write(tmp_path / "pdl.json.gz"), dflash=False)
+    result = trace.analyse(t.write(tmp_path / "pdl.json.gz"), dflash=False)
     assert result["attention_ms"] == {"target": pytest.approx(0.22)}
     assert result["median_ms"]["gpu_busy"] == pytest.approx(15.22)
     assert {k["kernel"]: k["ms_per_step"] for k in result["top_kernels"]["target"]}["_block_attn_reduce"] == 0.02
@@ -170,32 +181,26 @@ def test_gaps_between_a_replays_kernels_are_counted_apart_from_the_host(tmp_path
     kernel runs is ``graph_gaps``: not a kernel launched early (PDL), not another stream's kernel, not the time between
     separate launches."""
     t = Trace()
-    for n in range(4):
-        s = n * 40_000
-        t.frame(PLAIN_STEP, s, 30_000)
-        t.frame(RUNNER, s + 100, 20_000)
+    for s in t.plain_steps():
         # 100 us kernels: a 5 us gap, a kernel starting 10 us early (PDL), a 7 us gap of which 3 us another
         # stream's kernel covers
         t.replay(s + 200, [(0, 100, "a"), (105, 100, "b"), (195, 100, "c"), (302, 100, "d")])
         t.events.append({"ph": "X", "cat": "kernel", "name": "other_stream", "ts": t.gpu_free - 105, "dur": 3,
-                         "tid": 8, "args": {"correlation": 10_000 + n}})  # fmt: skip
+                         "tid": 8, "args": {"correlation": 10_000 + s}})  # fmt: skip
         t.launch(s + 300, 50, "eager")  # its own launch, 5 ms after the replay: not a replay's gap
-    result = profile.analyse(t.write(tmp_path / "gaps.json.gz"), dflash=False)
+    result = trace.analyse(t.write(tmp_path / "gaps.json.gz"), dflash=False)
     assert result["median_ms"]["graph_gaps"] == pytest.approx(0.005 + 0.004)
     report = {"rows": [{"mode": "plain", "prompt_len": 64, "batch": 1, "t_step_ms": 1.0, "breakdown": result}]}
-    profile.summarise(report, 4.3)
+    trace.summarise(report, 4.3, MODEL)
     assert report["rows"][0]["graph_gaps_ms"] == pytest.approx(0.009)
     assert report["rows"][0]["host_ms"] == pytest.approx(1.0 - result["median_ms"]["gpu_busy"])
 
 
 def test_kernels_of_launches_that_are_not_replays_have_no_graph_gaps(tmp_path):
     t = Trace()
-    for n in range(4):
-        s = n * 40_000
-        t.frame(PLAIN_STEP, s, 30_000)
-        t.frame(RUNNER, s + 100, 20_000)
+    for s in t.plain_steps():
         t.replay(s + 200, [(0, 100, "a"), (150, 100, "b")], api="cudaLaunchKernelExC")  # one launch, two kernels
-    result = profile.analyse(t.write(tmp_path / "eager.json.gz"), dflash=False)
+    result = trace.analyse(t.write(tmp_path / "eager.json.gz"), dflash=False)
     assert result["median_ms"]["graph_gaps"] == 0.0
     assert result["median_ms"]["gpu_busy"] == pytest.approx(0.2)
 
@@ -213,15 +218,15 @@ swa token usage: 0.06, accept len: 1.00, accept rate: 0.00, cuda graph: True, ge
 
 def test_a_cell_whose_requests_never_all_decoded_at_once_has_no_step_time():
     row = {"batch": 16, "t_step_ms": 63.0}
-    profile.check_concurrency(row, QUEUED_LOG)
+    trace.check_concurrency(row, QUEUED_LOG)
     assert (row["decode_running_max"], row["decode_queued_max"]) == (14, 2)
     assert row["t_step_ms"] is None and "14 of 16" in row["error"]
 
 
 def test_a_cell_at_full_batch_keeps_its_step_time_and_a_log_without_decode_lines_says_nothing():
     row = {"batch": 14, "t_step_ms": 63.0}
-    profile.check_concurrency(row, QUEUED_LOG)
+    trace.check_concurrency(row, QUEUED_LOG)
     assert row["t_step_ms"] == 63.0 and "error" not in row
     quiet = {"batch": 4, "t_step_ms": 20.0}
-    profile.check_concurrency(quiet, QUEUED_LOG.splitlines()[1])
+    trace.check_concurrency(quiet, QUEUED_LOG.splitlines()[1])
     assert quiet == {"batch": 4, "t_step_ms": 20.0}

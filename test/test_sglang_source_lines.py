@@ -1,9 +1,9 @@
 """Every SGLang line from 0.5.11 to 0.5.23, checked from the source in its published wheel.
 
 Each wheel is read, never installed (downloaded into ``.cache/sglang-wheels/`` with pip when missing, 7-39 MB).
-From the source, with ``ast``: the features ``compat.probe()`` would find (``features_from_source``) and the plan
-``hooks.plan`` makes from them, every target looked up with the arguments its hook binds; what SGLang does with
-DFLASH and DP attention, the DFlash modules it adds, the torch it pins; what ``compat`` reaches for at run time;
+From the source, with ``ast``: the features ``probe.features()`` would find (``features_from_source``) and the plan
+``plan.changes`` makes from them, every target looked up with the arguments its hook binds; what SGLang does with
+DFLASH and DP attention, the DFlash modules it adds, the torch it pins; what ``compat.runtime`` reaches for at run time;
 the arguments of SGLang's extend kernel; any class that would inherit a hooked method but overrides it. All of it
 is compared with the table in ``sglang_gemma4_dflash.lines`` (what ``doctor`` and README print), and each check is
 shown to fail on a copy of 0.5.23's sources with a fault planted. 0.5.11, which the plugin does not support, is
@@ -21,8 +21,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from sglang_gemma4_dflash import compat, hooks, lines
-from sglang_gemma4_dflash.compat import SGLangFeatures, TargetClass, WorkerClass
+from sglang_gemma4_dflash import lines, plan
+from sglang_gemma4_dflash.compat import probe, symbols
+from sglang_gemma4_dflash.compat.probe import SGLangFeatures, TargetClass, WorkerClass
 from sglang_gemma4_dflash.gemma4 import capture
 
 CACHE = Path(__file__).resolve().parents[1] / ".cache" / "sglang-wheels"
@@ -86,12 +87,12 @@ def _method(sources, path: str):
 
 
 def _has_class(sources, path: str) -> bool:
-    source = sources.get(compat.module_of(path))
+    source = sources.get(symbols.module_of(path))
     return source is not None and path.rpartition(".")[2] in _classes(source)
 
 
 def _has_function(sources, path: str) -> bool:
-    source = sources.get(compat.module_of(path))
+    source = sources.get(symbols.module_of(path))
     name = path.rpartition(".")[2]
     return source is not None and any(isinstance(n, ast.FunctionDef) and n.name == name for n in ast.parse(source).body)
 
@@ -109,43 +110,43 @@ def _segment(sources, path: str) -> str | None:
 
 
 def features_from_source(version: str) -> SGLangFeatures:
-    """What ``compat.probe()`` would report for ``version``, read from its wheel."""
+    """What ``probe.features()`` would report for ``version``, read from its wheel."""
     sources = wheel_sources(version)
     workers = tuple(
         WorkerClass(kind, path, _method(sources, f"{path}._maybe_build_draft_sampler")[1] is not None)
-        for kind, path in compat.WORKERS
+        for kind, path in symbols.WORKERS
         if _has_class(sources, path)
     )
     targets = tuple(
         TargetClass(
             path,
             _method(sources, f"{path}.set_dflash_layers_to_capture")[1] is not None,
-            compat.capture_machinery_problem(
+            probe.capture_machinery_problem(
                 path.rpartition(".")[2],
                 _segment(sources, f"{path}.forward"),
-                _segment(sources, f"{compat.GEMMA4_TEXT_MODEL}.forward"),
+                _segment(sources, f"{symbols.GEMMA4_TEXT_MODEL}.forward"),
                 line=version,
             ),
         )
-        for path in compat.GEMMA4_TARGETS
+        for path in symbols.GEMMA4_TARGETS
         if _has_class(sources, path)
     )
-    subclasses = tuple(p for p in compat.GEMMA4_SUBCLASS_TARGETS if _has_class(sources, p))
+    subclasses = tuple(p for p in symbols.GEMMA4_SUBCLASS_TARGETS if _has_class(sources, p))
     return SGLangFeatures(
         version,
         workers,
         targets,
         subclasses,
-        triton_backend=_has_class(sources, compat.TRITON_BACKEND),
-        candidate_step=_method(sources, f"{compat.DFLASH2_DRAFT}.compute_candidates")[1] is not None,
+        triton_backend=_has_class(sources, symbols.TRITON_BACKEND),
+        candidate_step=_method(sources, f"{symbols.DFLASH2_DRAFT}.compute_candidates")[1] is not None,
     )
 
 
-def source_problem(version: str, change: hooks.Change) -> str | None:
-    """``compat.target_problem`` on the wheel's source: the method is there (AROUND) or absent (ADD), and
+def source_problem(version: str, change: plan.Change) -> str | None:
+    """``probe.target_problem`` on the wheel's source: the method is there (AROUND) or absent (ADD), and
     takes every bound argument by name."""
     _, method = _method(wheel_sources(version), change.target)
-    if change.how == hooks.ADD:
+    if change.how == plan.ADD:
         return None if method is None else f"{change.target} already exists"
     if method is None:
         return f"{change.target} is missing"
@@ -156,11 +157,11 @@ def source_problem(version: str, change: hooks.Change) -> str | None:
 
 def dp_attention_from_source(version: str) -> str:
     """What the line does with DFLASH and DP attention (``lines.DP_*``), from its argument checks, its v2 worker
-    and ``compat.batch_group``'s lookup."""
+    and ``runtime.batch_group``'s lookup."""
     sources = wheel_sources(version)
     said = set().union(*(_strings(sources.get(m)) for m in ARG_MODULES))
     if "DFLASH with dp attention requires --enable-dp-lm-head." in said:
-        init_graphs = _segment(sources, f"{compat.V2_WORKER}.init_cuda_graphs")
+        init_graphs = _segment(sources, f"{symbols.V2_WORKER}.init_cuda_graphs")
         eager = "Disable DFLASH draft cuda graph because dp attention is enabled (draft runs eager)."
         assert eager in _strings(init_graphs), f"{version}: DP DFLASH on CUDA, but the draft graph is not kept off"
         assert _has_function(sources, "sglang.srt.layers.dp_attention.get_dp_tp_group"), version
@@ -180,15 +181,15 @@ def test_sglang_0_5_11_cannot_capture_and_the_plan_refuses_its_dflash_start_by_n
         assert "SGLang 0.5.11 cannot capture Gemma 4 hidden states for DFLASH; use SGLang >= 0.5.12" in (
             target.capture_problem
         )
-    changes, _ = hooks.plan(features)
+    changes, _ = plan.changes(features)
     refusals = [c for c in changes if c.impl is capture.refuse_without_capture]
-    assert len(refusals) == 2 and all(c.how == hooks.ADD and c.required for c in refusals)
+    assert len(refusals) == 2 and all(c.how == plan.ADD and c.required for c in refusals)
     assert not [c for c in changes if c.impl is capture.set_dflash_layers_to_capture]
 
 
 def test_the_table_covers_every_line_from_0_5_12_to_0_5_23_once():
     assert VERSIONS == ["0.5.12", "0.5.12.post1"] + [f"0.5.{n}" for n in range(13, 24)]
-    assert lines.LINES[0].version == compat.FIRST_SUPPORTED
+    assert lines.LINES[0].version == symbols.FIRST_SUPPORTED
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -199,11 +200,11 @@ def test_each_line_gets_what_the_table_says_and_every_hook_finds_its_target(vers
     row = lines.line(version)
     features = features_from_source(version)
     assert [t.capture_problem for t in features.targets] == [None, None]
-    changes, _ = hooks.plan(features)
+    changes, _ = plan.changes(features)
     assert lines.installs_of(changes) == row.installs.changes
     assert {c.target: p for c in changes if (p := source_problem(version, c))} == {}
     assert features.worker == ("v1" if row.installs is lines.V1 else "v2")
-    assert features.subclass_targets == (() if version.startswith("0.5.12") else compat.GEMMA4_SUBCLASS_TARGETS)
+    assert features.subclass_targets == (() if version.startswith("0.5.12") else symbols.GEMMA4_SUBCLASS_TARGETS)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -218,12 +219,12 @@ def test_each_lines_dp_attention_new_dflash_modules_and_torch_are_what_the_table
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_what_compat_reaches_for_at_run_time_is_there(version):
-    """The lookups behind ``compat``'s run-time helpers, and how the draft step calls the hooked head."""
+    """The lookups behind ``compat.runtime``'s helpers, and how the draft step calls the hooked head."""
     sources = wheel_sources(version)
     runtime = "sglang.srt.runtime_context"
     has = functools.partial(_has_function, sources)
-    v1 = _has_class(sources, compat.V1_WORKER)
-    worker = compat.V1_WORKER if v1 else compat.V2_WORKER
+    v1 = _has_class(sources, symbols.V1_WORKER)
+    worker = symbols.V1_WORKER if v1 else symbols.V2_WORKER
     problems = []
     if not has("sglang.srt.utils.hf_transformers.config.get_config"):
         problems.append("draft_hf_config: no get_config")
@@ -231,7 +232,7 @@ def test_what_compat_reaches_for_at_run_time_is_there(version):
         problems.append("tp_group: neither get_parallel nor get_tp_group")
     if not has(f"{runtime}.get_spec") and "speculative_num_draft_tokens" not in sources["sglang.srt.server_args"]:
         problems.append("num_draft_tokens: neither get_spec nor ServerArgs.speculative_num_draft_tokens")
-    for path in (compat.DFLASH_DRAFT, compat.DFLASH_VERIFY_INPUT, "sglang.srt.plugins.hook_registry.HookRegistry"):
+    for path in (symbols.DFLASH_DRAFT, symbols.DFLASH_VERIFY_INPUT, "sglang.srt.plugins.hook_registry.HookRegistry"):
         if not _has_class(sources, path):
             problems.append(f"no class {path}")
     registry = sources["sglang.srt.plugins.hook_registry"]
@@ -243,7 +244,7 @@ def test_what_compat_reaches_for_at_run_time_is_there(version):
     if ("self.target_worker = target_worker" if v1 else "self._target_worker = target_worker") not in init:
         problems.append(f"{worker}.__init__ keeps the target worker elsewhere")
     # The head hook serves keyword calls only (others go to upstream unchanged): every call site passes keywords.
-    tree = ast.parse(sources[compat.module_of(worker)])
+    tree = ast.parse(sources[symbols.module_of(worker)])
     calls = [
         n
         for n in ast.walk(tree)
@@ -254,7 +255,7 @@ def test_what_compat_reaches_for_at_run_time_is_there(version):
     keywords = [sorted(k.arg for k in c.keywords) for c in calls if not c.args]
     if not calls or len(keywords) != len(calls) or any(k != ["hidden_states", "lm_head"] for k in keywords):
         problems.append(f"the head is called as {[ast.unparse(c)[:80] for c in calls]}")
-    builder = _segment(sources, f"{compat.V2_WORKER}._maybe_build_draft_sampler")
+    builder = _segment(sources, f"{symbols.V2_WORKER}._maybe_build_draft_sampler")
     if builder is not None:  # max_draft_graph_bs reads the batch sizes where the line's own builder does
         config = "get_exec().graph" if has(f"{runtime}.get_exec") else "self.server_args"
         if f"max({config}.cuda_graph_config.decode.bs)" not in builder:
@@ -264,7 +265,7 @@ def test_what_compat_reaches_for_at_run_time_is_there(version):
         ):
             problems.append("the builder reads an eager-sampler switch that envs lacks")
     if v1:  # the acceptance histogram hook: the result's per-request counts, the request's own update
-        forward = _segment(sources, f"{compat.V1_WORKER}.forward_batch_generation")
+        forward = _segment(sources, f"{symbols.V1_WORKER}.forward_batch_generation")
         req = _classes(sources["sglang.srt.managers.schedule_batch"])["Req"]
         if "num_correct_drafts_per_req_cpu=" not in forward or "update_spec_correct_drafts_histogram" not in req:
             problems.append("v1: no per-request accepted counts or no Req.update_spec_correct_drafts_histogram")
@@ -277,7 +278,7 @@ def test_no_class_in_sglang_overrides_a_method_the_plugin_hooks(version, monkeyp
     (HookRegistry patches the class the target names). Every class of the wheel that derives from a hooked class,
     directly or not, is looked at; none overrides a hooked (or added) method on any line."""
     monkeypatch.delenv("SGLANG_GEMMA4_DFLASH_BLOCK_ATTENTION", raising=False)
-    changes, _ = hooks.plan(features_from_source(version))
+    changes, _ = plan.changes(features_from_source(version))
     hooked: dict[str, set[str]] = {}
     for change in changes:
         cls, method = change.target.rsplit(".", 2)[-2:]
@@ -337,7 +338,7 @@ def test_the_block_attention_dispatch_knows_every_argument_of_sglang_extend_kern
     assert backend_hooks.READ | {"sinks"} <= names
 
 
-WORKER_V2 = compat.module_of(compat.V2_WORKER)
+WORKER_V2 = symbols.module_of(symbols.V2_WORKER)
 HEAD_DEF = "    def _greedy_sample_from_vocab_parallel_head(\n        self,\n        *,\n        hidden_states"
 PLANTS = {  # name: (the check that must fail, module, text, its replacement in a copy of 0.5.23's sources)
     "a subclass overriding the head": (

@@ -222,7 +222,7 @@ class _InitWithSelector(_InitSignature):
 
 
 def test_init_hook_logs_one_line_saying_which_pieces_run(gemma4, tiny_dirs, tmp_path, caplog, monkeypatch):
-    from sglang_gemma4_dflash import compat
+    from sglang_gemma4_dflash.compat import registry
 
     draft = _fitting_draft(gemma4, tiny_dirs, tmp_path)
     gemma4.model.layers_to_capture = [2, 4]  # what the capture method set when the target loaded (ids 1 and 3)
@@ -230,7 +230,7 @@ def test_init_hook_logs_one_line_saying_which_pieces_run(gemma4, tiny_dirs, tmp_
         _init_with_draft(gemma4, draft)
         _init_with_draft(gemma4, draft, init=_InitWithSampler)
         _init_with_draft(gemma4, draft, init=_InitWithSelector)  # the candidate hook is not on in this process
-        monkeypatch.setattr(compat, "hook_in_place", lambda target, impl: target.endswith(".compute_candidates"))
+        monkeypatch.setattr(registry, "hook_in_place", lambda target, impl: target.endswith(".compute_candidates"))
         _init_with_draft(gemma4, draft, init=_InitWithSelector)
     lines = [r.getMessage() for r in caplog.records if "start-up checks passed" in r.getMessage()]
     assert len(lines) == 4, lines  # one per worker
@@ -262,10 +262,10 @@ class _V2Worker(_InitSignature):
 def test_v2_worker_logs_its_line_once_capture_and_sampler_are_set(gemma4, tiny_dirs, tmp_path, caplog, monkeypatch):
     """On 0.5.16 the line, logged when the worker was built, said "capture of layers []" and "the plugin's exact
     head, eager" while upstream's in-graph sampler ran (H200 run of 2026-12-03): it is logged after the graphs."""
-    from sglang_gemma4_dflash import compat
+    from sglang_gemma4_dflash.compat import registry
 
     draft = _fitting_draft(gemma4, tiny_dirs, tmp_path)
-    monkeypatch.setattr(compat, "hook_in_place", lambda target, impl: target.endswith("_V2Worker.init_cuda_graphs"))
+    monkeypatch.setattr(registry, "hook_in_place", lambda target, impl: target.endswith("_V2Worker.init_cuda_graphs"))
     monkeypatch.setattr(gemma4.model, "layers_to_capture", [])  # not yet set when the v2 worker is built
 
     def messages():
@@ -289,10 +289,11 @@ def test_v2_report_hook_leaves_other_targets_alone(caplog):
 
 
 def test_eager_head_hook_works_out_the_group_and_layout_once_per_worker_and_head(gemma4, monkeypatch):
-    from sglang_gemma4_dflash import compat
+    from sglang_gemma4_dflash.compat import runtime
+    from sglang_gemma4_dflash.head import cached
 
     calls = {"layout": 0, "group": 0}
-    layout_for_head, batch_group = worker_hooks.layout_for_head, compat.batch_group
+    layout_for_head, batch_group = cached.layout_for_head, runtime.batch_group
 
     def counting_layout(*args):
         calls["layout"] += 1
@@ -302,8 +303,8 @@ def test_eager_head_hook_works_out_the_group_and_layout_once_per_worker_and_head
         calls["group"] += 1
         return batch_group()
 
-    monkeypatch.setattr(worker_hooks, "layout_for_head", counting_layout)
-    monkeypatch.setattr(compat, "batch_group", counting_group)
+    monkeypatch.setattr(cached, "layout_for_head", counting_layout)
+    monkeypatch.setattr(runtime, "batch_group", counting_group)
     hidden = torch.randn(5, gemma4.config.hidden_size, generator=torch.Generator().manual_seed(2))
     want = torch.argmax(hidden @ gemma4.lm_head.weight.T, dim=-1)
     worker = _worker(gemma4)

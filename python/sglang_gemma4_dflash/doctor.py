@@ -13,7 +13,8 @@ import os
 import sys
 from importlib.metadata import entry_points
 
-from sglang_gemma4_dflash import __version__, compat, hooks, lines
+from sglang_gemma4_dflash import __version__, lines, plan
+from sglang_gemma4_dflash.compat import probe, symbols
 
 ENTRY_POINT = "gemma4_dflash"
 
@@ -58,16 +59,16 @@ def head_self_check(device: str, *, vocab: int = 50_000, hidden: int = 512, toke
 
 
 def report() -> dict:
-    """What SGLang's loader would install here, from the same plan the plugin uses (``hooks.resolve``); it
+    """What SGLang's loader would install here, from the same plan the plugin uses (``plan.resolve``); it
     imports SGLang's Gemma 4 models and DFlash workers, which the plugin itself leaves to the schedulers."""
-    features = compat.probe()
-    plan = hooks.resolve(features)
+    features = probe.features()
+    resolved = plan.resolve(features)
     status = entry_point_status()
-    changes = [{"target": c.target, "how": c.how, "why": c.why, "required": c.required} for c in plan.installed]
+    changes = [{"target": c.target, "how": c.how, "why": c.why, "required": c.required} for c in resolved.installed]
     return {
         "plugin_version": __version__,
         "sglang_version": features.version,
-        "supported_sglang": f">= {compat.FIRST_SUPPORTED}",
+        "supported_sglang": f">= {symbols.FIRST_SUPPORTED}",
         "dflash_worker": features.worker,
         "gemma4_targets": [
             {"class": t.path, "upstream_capture": t.upstream_capture, "capture_problem": t.capture_problem}
@@ -80,11 +81,11 @@ def report() -> dict:
         "plugin_installs": changes if status["enabled"] else [],
         "plugin_would_install": changes,
         "not_installable": [
-            {"piece": s.piece, "problem": s.problem, "required": s.required, "then": hooks.consequence(s)}
-            for s in plan.skipped
+            {"piece": s.piece, "problem": s.problem, "required": s.required, "then": plan.consequence(s)}
+            for s in resolved.skipped
         ],
-        "left_to_upstream": [{"what": u.what, "why": u.why} for u in plan.left],
-        "against_the_table": lines.compare(features.version, plan.installed),
+        "left_to_upstream": [{"what": u.what, "why": u.why} for u in resolved.left],
+        "against_the_table": lines.compare(features.version, resolved.installed),
         "lines": [dataclasses.asdict(row) for row in lines.LINES],
     }
 
@@ -108,37 +109,48 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def format_report(info: dict) -> str:
+    """The report as text: what is installed, what the plugin installs here, what each SGLang line supports."""
     targets = [
-        f"{t['class'].rsplit('.', 1)[1]} (capture: {'upstream' if t['upstream_capture'] else 'missing upstream'}"
-        + (f"; CANNOT capture: {t['capture_problem']}" if t["capture_problem"] else "")
+        f"{target['class'].rsplit('.', 1)[1]} (capture: "
+        + ("upstream" if target["upstream_capture"] else "missing upstream")
+        + (f"; CANNOT capture: {target['capture_problem']}" if target["capture_problem"] else "")
         + ")"
-        for t in info["gemma4_targets"]
+        for target in info["gemma4_targets"]
     ] + [f"{path.rsplit('.', 1)[1]} (inherits)" for path in info["gemma4_subclasses"]]
     enabled = info["enabled"]
+    entry_point = f"sglang.srt.plugins:{ENTRY_POINT} " + (
+        "visible" if info["entry_point_visible"] else "NOT visible (is the package installed?)"
+    )
+    if not enabled:
+        entry_point += f", disabled by SGLANG_PLUGINS={info['SGLANG_PLUGINS']}"
+    installed = [
+        ("plugin", info["plugin_version"]),
+        ("SGLang", f"{info['sglang_version']} (the plugin supports {info['supported_sglang']})"),
+        ("DFlash worker", info["dflash_worker"] or "none"),
+        ("entry point", entry_point),
+        ("Gemma 4 targets", ", ".join(targets) or "none"),
+    ]
+    indent = " " * 11  # under the target, after "  <how:8> "
     out = [
-        f"sglang-gemma4-dflash {info['plugin_version']}",
-        f"SGLang {info['sglang_version']} (the plugin supports {info['supported_sglang']}), "
-        f"DFlash worker: {info['dflash_worker'] or 'none'}",
-        f"entry point sglang.srt.plugins:{ENTRY_POINT}: "
-        + ("visible" if info["entry_point_visible"] else "NOT visible (is the package installed?)")
-        + ("" if enabled else f", disabled by SGLANG_PLUGINS={info['SGLANG_PLUGINS']}"),
-        "Gemma 4 targets: " + (", ".join(targets) or "none"),
+        "installed:",
+        *lines.columns(installed),
         "the plugin installs:"
         if enabled
         else "the plugin would install (it is not loaded here, so SGLang runs as is):",
         *[
-            f"  {c['how']:8s} {c['target']}{' (required on this line)' if c['required'] else ''}\n           {c['why']}"
-            for c in info["plugin_would_install"]
+            f"  {change['how']:8s} {change['target']}{' (required on this line)' if change['required'] else ''}"
+            f"\n{indent}{change['why']}"
+            for change in info["plugin_would_install"]
         ],
         *[
-            f"  NOT installable: {s['piece']}: {s['problem']}\n           then: {s['then']}"
-            for s in info["not_installable"]
+            f"  NOT installable: {piece['piece']}: {piece['problem']}\n{indent}then: {piece['then']}"
+            for piece in info["not_installable"]
         ],
         "left to upstream:",
-        *[f"  {u['what']}: {u['why']}" for u in info["left_to_upstream"]],
+        *[f"  {left['what']}: {left['why']}" for left in info["left_to_upstream"]],
         f"against the table of lines: {info['against_the_table']}",
-        "what the plugin installs on each line, and what ran where (the table, checked against each wheel):",
-        lines.format_lines(),
+        f"what each SGLang line supports (* this one; the evidence: {lines.EVIDENCE} in the project's repository):",
+        lines.format_lines(info["sglang_version"]),
     ]
     check = info.get("head_self_check")
     if check:

@@ -1,9 +1,10 @@
-"""What the plugin installs on each SGLang line from 0.5.12 to 0.5.23, and what has run where.
+"""The SGLang lines from 0.5.12 to 0.5.23: each one's torch pin, what the plugin installs there (its plan), what
+SGLang does with DFLASH and DP attention, and what this project has shown on it.
 
 A table for people (``doctor``, the start-up line, README), never an input to what the plugin does: that is
-decided from the installed line itself (``compat.probe``, ``hooks.plan``). ``test/test_sglang_source_lines.py``
+decided from the installed line itself (``compat.probe``, ``plan.changes``). ``test/test_sglang_source_lines.py``
 computes each row's plan and SGLang-side facts from that line's published wheel and compares them with this
-table; README's support table is ``markdown()``.
+table; README's support table is ``markdown()``. The evidence behind each level is in docs/results.md.
 """
 
 from __future__ import annotations
@@ -12,18 +13,22 @@ from dataclasses import dataclass
 
 # What SGLang itself does with DFLASH and DP attention, per line (read from its argument checks).
 DP_REFUSED = "refused by SGLang"
-DP_NPU = "NPU only (refused on CUDA); not run with the plugin"
-DP_CUDA = (
-    "CUDA with --enable-dp-lm-head; SGLang keeps the draft eager (no draft CUDA graph), the plugin's head splits "
-    "over each DP group's attention-TP ranks (run as gloo processes on CPU only)"
-)
+DP_NPU = "NPU only (refused on CUDA)"
+DP_CUDA = "CUDA with --enable-dp-lm-head (SGLang keeps the draft eager)"
 DISAGGREGATION = "speculative.dflash_disaggregation"  # 0.5.18+: the PD decode side's first draft input
 DFLASH_DP = "speculative.dflash_dp"  # 0.5.23: DP DFlash's gather of a vocab-parallel draft embedding
+
+# What this project has shown on a line, one word each (``Line.shown``), and how the tables say it.
+SHOWN = {
+    "gpu": "GPU run",  # DFLASH served with the plugin on a GPU here
+    "cpu": "CPU only",  # the CPU test suite runs on this line
+    "source": "source only",  # its published source was read (test_sglang_source_lines.py)
+}
 
 
 @dataclass(frozen=True)
 class Installs:
-    """One plan: what the plugin installs on a line, as ``hooks.plan`` gives it (``installs_of``)."""
+    """One plan: what the plugin installs on a line, as ``plan.changes`` gives it (``installs_of``)."""
 
     name: str
     summary: str
@@ -33,12 +38,15 @@ class Installs:
 @dataclass(frozen=True)
 class Line:
     version: str
-    torch: str  # the torch the wheel pins (0.5.18+ need a torch the GPU machine here does not have)
+    torch: str  # the torch the wheel pins
     installs: Installs
-    dp_attention: str
-    new_paths: tuple[str, ...] = ()  # DFlash modules the plugin leaves to SGLang (run beside it on 0.5.23 only)
-    gpu: str = ""  # what ran on a GPU here ("": never)
-    cpu: str = ""  # what runs on CPU here, in CI ("": nothing)
+    dp_attention: str  # what SGLang does with DFLASH and DP attention (DP_*)
+    shown: str  # a key of SHOWN
+    new_paths: tuple[str, ...] = ()  # DFlash modules this line adds, which the plugin leaves to SGLang
+
+    def __post_init__(self):
+        if self.shown not in SHOWN:
+            raise ValueError(f"Line {self.version}: shown={self.shown!r}; use one of {sorted(SHOWN)}")
 
 
 _CAPTURE = ("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration")
@@ -81,35 +89,20 @@ V2_DFLASH2 = Installs(
     _V2_CAPTURE + _V2 + _GRAPH + _REPORT + ("around DFlash2DraftModel.compute_candidates",) + _BLOCK,
 )
 
-_GPU_0513 = (
-    "TP=1, tiny checkpoints: text and multimodal DFLASH token-identical to plain greedy, block attention on and "
-    "off; accept length 8.00 of 8; again with the kernel's defaults of 2026-12-05 (section 17's) on an H100"
-)
-_GPU_0516 = (
-    "TP=1, tiny checkpoints: text and multimodal DFLASH token-identical to plain greedy, with and without the "
-    "plugin, block attention on and off; accept length 8.00 of 8"
-)
-_GPU_0517 = (
-    "TP=1, tiny checkpoints, block attention on: text and multimodal DFLASH token-identical to plain greedy "
-    "(18/18); accept length 8.00 of 8"
-)
-_CPU_0513 = "its own cases of the suite: install, capture method, v1 worker hooks, checkpoints, block routing"
-_CPU_0523 = "the whole suite (TP>1 and DP attention as gloo processes)"
-
 LINES = (
-    Line("0.5.12", "2.11.0", V1, DP_REFUSED),
-    Line("0.5.12.post1", "2.11.0", V1, DP_REFUSED),
-    Line("0.5.13", "2.11.0", V1, DP_REFUSED, gpu=_GPU_0513, cpu=_CPU_0513),
-    Line("0.5.14", "2.11.0", V2_EAGER, DP_REFUSED),
-    Line("0.5.15", "2.11.0", V2_GRAPH, DP_REFUSED),
-    Line("0.5.16", "2.11.0", V2_GRAPH, DP_REFUSED, gpu=_GPU_0516),
-    Line("0.5.17", "2.11.0", V2_GRAPH, DP_REFUSED, gpu=_GPU_0517),
-    Line("0.5.18", "2.13.0", V2_GRAPH, DP_REFUSED, (DISAGGREGATION,)),
-    Line("0.5.19", "2.13.0", V2_DFLASH2, DP_REFUSED, (DISAGGREGATION,)),
-    Line("0.5.20", "2.13.0", V2_DFLASH2, DP_NPU, (DISAGGREGATION,)),
-    Line("0.5.21", "2.13.0", V2_DFLASH2, DP_NPU, (DISAGGREGATION,)),
-    Line("0.5.22", "2.14.1", V2_DFLASH2, DP_NPU, (DISAGGREGATION,)),
-    Line("0.5.23", "2.14.1", V2_DFLASH2, DP_CUDA, (DISAGGREGATION, DFLASH_DP), cpu=_CPU_0523),
+    Line("0.5.12", "2.11.0", V1, DP_REFUSED, "source"),
+    Line("0.5.12.post1", "2.11.0", V1, DP_REFUSED, "source"),
+    Line("0.5.13", "2.11.0", V1, DP_REFUSED, "gpu"),
+    Line("0.5.14", "2.11.0", V2_EAGER, DP_REFUSED, "source"),
+    Line("0.5.15", "2.11.0", V2_GRAPH, DP_REFUSED, "source"),
+    Line("0.5.16", "2.11.0", V2_GRAPH, DP_REFUSED, "gpu"),
+    Line("0.5.17", "2.11.0", V2_GRAPH, DP_REFUSED, "gpu"),
+    Line("0.5.18", "2.13.0", V2_GRAPH, DP_REFUSED, "source", (DISAGGREGATION,)),
+    Line("0.5.19", "2.13.0", V2_DFLASH2, DP_REFUSED, "source", (DISAGGREGATION,)),
+    Line("0.5.20", "2.13.0", V2_DFLASH2, DP_NPU, "source", (DISAGGREGATION,)),
+    Line("0.5.21", "2.13.0", V2_DFLASH2, DP_NPU, "source", (DISAGGREGATION,)),
+    Line("0.5.22", "2.14.1", V2_DFLASH2, DP_NPU, "source", (DISAGGREGATION,)),
+    Line("0.5.23", "2.14.1", V2_DFLASH2, DP_CUDA, "cpu", (DISAGGREGATION, DFLASH_DP)),
 )
 
 
@@ -149,7 +142,7 @@ def compare(version: str, changes) -> str:
 
 
 def change_text(change) -> str:
-    """A ``hooks.Change`` as the table writes it."""
+    """A ``plan.Change`` as the table writes it."""
     cls, method = change.target.rsplit(".", 2)[-2:]
     return f"{change.how} {cls}.{method}" + (" (required)" if change.required else "")
 
@@ -158,37 +151,37 @@ def installs_of(changes) -> tuple[str, ...]:
     return tuple(change_text(c) for c in changes)
 
 
-RUNS = (
-    "GPU runs: one H200, TP=1, the tiny offline checkpoints; 0.5.13 and 0.5.16 re-run with the plugin after issue 19 "
-    "(2026-12-03), 0.5.17 with the plugin before it; 0.5.13 again on one H100 with the block kernel's section-17 defaults "
-    "(2026-12-05, docs/gpu_runs.md section 19). 0.5.18+ pin torch >= 2.13, which the GPU machine here does not "
-    "have: never run on a GPU here. Every row's plan is checked against that line's published source "
-    "(test_sglang_source_lines.py)."
-)
+EVIDENCE = "docs/results.md"  # in the project's repository: the runs behind each line's level
 
 
-def format_lines() -> str:
-    """The table as text (``doctor``)."""
-    out = []
-    for r in LINES:
-        out.append(f"  {r.version:13s} {r.installs.name:9s} torch {r.torch:7s} GPU: {r.gpu or 'never'}")
-        out.append(f"  {'':33s} CPU: {r.cpu or 'nothing'}; DFLASH with DP attention: {r.dp_attention}")
-        if r.new_paths:
-            out.append(f"  {'':33s} DFlash modules left to SGLang: {', '.join(r.new_paths)}")
-    out += [f"  {p.name}: {p.summary}" for p in PLANS]
-    return "\n".join(out + [f"  {RUNS}"])
+def columns(rows: list[tuple[str, ...]], indent: str = "  ") -> list[str]:
+    """Rows of cells as text lines, each column as wide as its widest cell."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+
+
+_HEADER = ("SGLang", "torch", "the plugin installs", "DFLASH with DP attention", "shown here")
+
+
+def _cells(row: Line) -> tuple[str, ...]:
+    return (row.version, row.torch, row.installs.name, row.dp_attention, SHOWN[row.shown])
+
+
+def format_lines(installed: str | None = None) -> str:
+    """The table as aligned text (``doctor``); ``installed``'s row is marked with ``*``."""
+    marks = ["  "] + ["* " if r.version == installed else "  " for r in LINES]
+    table = [m + text for m, text in zip(marks, columns([_HEADER, *map(_cells, LINES)], indent=""))]
+    plans = columns([(f"{p.name}:", p.summary) for p in PLANS], indent="  ")
+    return "\n".join([*table, "  plans:", *("  " + p for p in plans)])
 
 
 def markdown() -> str:
-    """The table as README's support table."""
-    head = (
-        "| SGLang | torch | the plugin installs | its plan against the wheel's source | DFLASH with DP attention "
-        "| on a GPU here (one H200; 0.5.13 also one H100) | on CPU here |\n| --- | --- | --- | --- | --- | --- | --- |"
-    )
-    rows = [
-        f"| {r.version} | {r.torch} | {r.installs.name} | checked | {r.dp_attention} | {r.gpu or 'never'} "
-        f"| {r.cpu or '—'} |"
-        for r in LINES
-    ]
+    """The table as README's support table, with the legend of its plan names and evidence levels."""
+    rows = ["| " + " | ".join(cells) + " |" for cells in (_HEADER, ("---",) * len(_HEADER), *map(_cells, LINES))]
     legend = [f"- **{p.name}**: {p.summary}." for p in PLANS]
-    return "\n".join([head, *rows, "", *legend, "", RUNS])
+    shown = (
+        f"Shown here: **{SHOWN['gpu']}**: DFLASH served with the plugin on a GPU; **{SHOWN['cpu']}**: the CPU test "
+        f"suite runs on this line; **{SHOWN['source']}**: the line's published source was read. Every row's plan is "
+        f"checked against its line's published source. The runs: [{EVIDENCE}]({EVIDENCE})."
+    )
+    return "\n".join([*rows, "", *legend, "", shown])

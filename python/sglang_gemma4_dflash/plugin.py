@@ -2,7 +2,7 @@
 
 SGLang calls ``load_plugins()`` in every process (launcher, tokenizer, detokenizer, DP controller,
 schedulers); that calls ``register()`` and then ``HookRegistry.apply_hooks()``. ``register()`` imports
-none of SGLang's model or worker modules: each module that holds hook targets (``compat.hooked_modules()``)
+none of SGLang's model or worker modules: each module that holds hook targets (``probe.hooked_modules()``)
 gets its pieces when SGLang imports it (``lazy.when_imported``), which only the schedulers do. A module
 already imported when ``register()`` runs gets its hooks registered at once and applied by
 ``load_plugins()``'s own ``apply_hooks()``. ``SGLANG_PLUGINS=<other names>`` leaves this plugin out.
@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from sglang_gemma4_dflash import __version__, compat, hooks, lazy, lines
+from sglang_gemma4_dflash import __version__, lazy, lines, plan
+from sglang_gemma4_dflash.compat import probe, registry, symbols
 from sglang_gemma4_dflash.state import STATE
 
 logger = logging.getLogger(__name__)
@@ -31,9 +32,9 @@ def _announce(message: str) -> None:
     handler.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, None, None))
 
 
-def _add_method(change: hooks.Change) -> None:
+def _add_method(change: plan.Change) -> None:
     cls_path, _, name = change.target.rpartition(".")
-    cls = compat.loaded(cls_path)
+    cls = symbols.loaded(cls_path)
     if getattr(cls, name, None) is not change.impl:
         setattr(cls, name, change.impl)
 
@@ -42,32 +43,32 @@ def install(module: str) -> None:
     """Install the pieces whose targets live in ``module`` (imported). Never raises: SGLang is importing
     ``module`` when this runs, and a failure here must not fail that import."""
     try:
-        plan = hooks.resolve(compat.probe_loaded((module,)))
-        for change in plan.installed:
-            if change.how == hooks.ADD:
+        resolved = plan.resolve(probe.loaded_features((module,)))
+        for change in resolved.installed:
+            if change.how == plan.ADD:
                 _add_method(change)
             else:
-                compat.register_around(change.target, change.impl, STATE.source)
+                registry.register_around(change.target, change.impl, STATE.source)
         if not STATE.deferred_apply:  # imported after load_plugins() applied SGLang's hooks
-            ours = {c.impl for c in plan.installed}
-            compat.apply_hooks_now([c.target for c in plan.installed if c.how == hooks.AROUND], ours)
+            ours = {c.impl for c in resolved.installed}
+            registry.apply_hooks_now([c.target for c in resolved.installed if c.how == plan.AROUND], ours)
     except Exception as exc:
         logger.exception("sglang-gemma4-dflash: installing its hooks on %s failed", module)
-        STATE.skipped.append(hooks.Skipped(f"module {module}", f"installing failed: {exc!r}", not compat.v2_line()))
+        STATE.skipped.append(plan.Skipped(f"module {module}", f"installing failed: {exc!r}", not probe.v2_line()))
         return
-    STATE.planned += plan.planned
-    STATE.installed += plan.installed
-    STATE.skipped += plan.skipped
-    for piece in plan.skipped:
-        STATE.warned.update(c.target for c in plan.planned if c.piece == piece.piece)  # said once, here
+    STATE.planned += resolved.planned
+    STATE.installed += resolved.installed
+    STATE.skipped += resolved.skipped
+    for piece in resolved.skipped:
+        STATE.warned.update(c.target for c in resolved.planned if c.piece == piece.piece)  # said once, here
         logger.warning(
             "sglang-gemma4-dflash: %s NOT installed on SGLang %s: %s. Then %s.",
             piece.piece,
-            compat.installed_sglang_version(),
+            symbols.installed_sglang_version(),
             piece.problem,
-            hooks.consequence(piece),
+            plan.consequence(piece),
         )
-    line = f"sglang-gemma4-dflash on {module.replace('sglang.srt.', '')}: {hooks.describe(plan)}"
+    line = f"sglang-gemma4-dflash on {module.replace('sglang.srt.', '')}: {plan.describe(resolved)}"
     if STATE.deferred_apply:  # still inside load_plugins(): logging may not be configured yet
         _announce(line)
     else:
@@ -78,15 +79,15 @@ def register() -> None:
     """Arrange for the plugin's changes to go on where SGLang imports their classes. Idempotent."""
     if STATE.loaded:
         return
-    STATE.loaded, STATE.source = True, compat.current_hook_source()
+    STATE.loaded, STATE.source = True, registry.current_hook_source()
     STATE.deferred_apply = True
     try:
-        for module in compat.hooked_modules():
+        for module in probe.hooked_modules():
             lazy.when_imported(module, install)
     finally:
         STATE.deferred_apply = False
-    done = len(compat.hooked_modules()) - len(lazy.waiting())
-    version = compat.installed_sglang_version()
+    done = len(probe.hooked_modules()) - len(lazy.waiting())
+    version = symbols.installed_sglang_version()
     _announce(
         f"sglang-gemma4-dflash {__version__} loaded on SGLang {version}; its hooks go on where SGLang imports the "
         f"Gemma 4 models, a DFlash worker or the triton attention backend ({done} of those modules imported so far); "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from sglang_gemma4_dflash import compat
+from sglang_gemma4_dflash.compat import probe, registry, symbols
 
 logger = logging.getLogger("sglang_gemma4_dflash.plugin")
 
@@ -20,9 +20,9 @@ class PluginState:
     loaded: bool = False  # register() ran in this process
     deferred_apply: bool = False  # inside register(): load_plugins()'s HookRegistry pass applies what is found
     source: object = None  # the HookSource load_plugins() gave this plugin (names it in SGLang's log)
-    planned: list = None  # hooks.Change: every change planned for the modules installed so far
-    installed: list = None  # hooks.Change: the changes of the pieces that passed the probe
-    skipped: list = None  # hooks.Skipped: pieces left out, with the reason
+    planned: list = None  # plan.Change: every change planned for the modules installed so far
+    installed: list = None  # plan.Change: the changes of the pieces that passed the probe
+    skipped: list = None  # plan.Skipped: pieces left out, with the reason
     warned: set = None  # targets of optional changes already warned about (at install or a DFLASH start)
 
     def __post_init__(self):
@@ -43,12 +43,12 @@ def require_in_place() -> None:
     """
     if not STATE.loaded:
         return
-    for module in compat.hooked_modules():
-        compat.import_module(module)
+    for module in probe.hooked_modules():
+        symbols.import_module(module)
     skipped = {s.piece: s.problem for s in STATE.skipped}
     required, optional = [], []
     for change in STATE.planned:
-        if compat.hook_in_place(change.target, change.impl):
+        if registry.hook_in_place(change.target, change.impl):
             continue
         reason = skipped.get(change.piece, "registered, but SGLang's HookRegistry did not apply it (see its log)")
         (required if change.required else optional).append((change, f"{change.how} {change.target}: {reason}"))
@@ -62,9 +62,9 @@ def require_in_place() -> None:
             )
     if required:
         raise RuntimeError(
-            f"sglang-gemma4-dflash: DFLASH with a Gemma 4 target on SGLang {compat.installed_sglang_version()} "
+            f"sglang-gemma4-dflash: DFLASH with a Gemma 4 target on SGLang {symbols.installed_sglang_version()} "
             "needs these changes, which are not in place:\n  "
             + "\n  ".join(text for _, text in required)
-            + f"\nUse an SGLang release this plugin supports (>= {compat.FIRST_SUPPORTED}, see its README), or "
+            + f"\nUse an SGLang release this plugin supports (>= {symbols.FIRST_SUPPORTED}, see its README), or "
             "leave the plugin out (SGLANG_PLUGINS=<other plugins>) to run SGLang's own DFLASH path."
         )

@@ -100,7 +100,7 @@ def head_check(target_dir, world_sizes=(1, 2)) -> dict:
 
 def _rank_head(rank, world_size, hs, weight):
     """One TP rank: the replicated tied head, split over SGLang's real tensor-parallel group."""
-    from sglang_gemma4_dflash.compat import tp_group
+    from sglang_gemma4_dflash.compat.runtime import tp_group
     from sglang_gemma4_dflash.head.greedy import greedy_token_ids
 
     ids = greedy_token_ids(hs, torch.nn.Embedding.from_pretrained(weight), tp_group())

@@ -8,7 +8,10 @@ class attributes.
 - ``ImageChatUnderDFlash``: an image + text chat request, then a text request that must still accept drafts.
 
 A test skips (``unittest.SkipTest`` from ``setUpClass``, with the reason) without enough CUDA GPUs or without the
-weights on local disk. SGLang's test kit (``sglang.test.test_utils``, ``sglang.test.run_eval``) is used on every
+weights on local disk (directories and the Hugging Face cache only, never the network; each model's environment
+variable, ``target_env`` / ``draft_env``, points at a local copy); ``GSM8K_DATA_PATH`` names a local GSM8K test.jsonl
+(otherwise SGLang's eval runner downloads it). ``register_cuda_ci`` is SGLang's CI marker, a no-op where SGLang's
+CI module does not import (SGLang's CI reads each test file's call to it, not its run). SGLang's test kit (``sglang.test.test_utils``, ``sglang.test.run_eval``) is used on every
 line that imports it (0.5.13 and 0.5.23 both ship it); where it does not import (a CPU venv without SGLang's
 benchmark dependencies, e.g. ``datasets``) the classes fall back to ``unittest.TestCase`` so that they still collect
 and skip, and a machine that could run them fails with the import error instead.
@@ -21,6 +24,14 @@ import unittest
 from types import SimpleNamespace
 
 from sglang_gemma4_dflash_testkit import e2e
+
+try:
+    from sglang.test.ci.ci_register import register_cuda_ci
+except ImportError:  # SGLang not importable: the marker is a no-op at run time anyway
+
+    def register_cuda_ci(*args, **kwargs):
+        return None
+
 
 try:
     from sglang.srt.utils import kill_process_tree

@@ -21,7 +21,7 @@ import os
 
 import torch
 
-from sglang_gemma4_dflash import compat
+from sglang_gemma4_dflash.compat import runtime
 
 logger = logging.getLogger(__name__)
 
@@ -37,14 +37,14 @@ def enabled() -> bool:
 def role_of(model_runner) -> str | None:
     """``"target"``, ``"draft"`` or None: which side of a Gemma 4 DFLASH server a model runner is."""
     global _gemma4_target_built
-    if not compat.runs_dflash(model_runner):
+    if not runtime.runs_dflash(model_runner):
         return None
     if not model_runner.is_draft_worker:
-        if compat.is_gemma4_target(model_runner.model):
+        if runtime.is_gemma4_target(model_runner.model):
             _gemma4_target_built = True
             return "target"
         return None
-    return "draft" if _gemma4_target_built and compat.is_dflash_draft(model_runner.model) else None
+    return "draft" if _gemma4_target_built and runtime.is_dflash_draft(model_runner.model) else None
 
 
 def init_backend(original, self, *args, **kwargs):
@@ -71,7 +71,7 @@ def route_verify(original, self, *args, **kwargs):
     forward_batch = dispatch.forward_batch_of(original, args, kwargs)
     if not forward_batch.forward_mode.is_target_verify():
         return original(self, *args, **kwargs)
-    dispatch.mask_is_causal = compat.is_dflash_verify_input(forward_batch.spec_info)
+    dispatch.mask_is_causal = runtime.is_dflash_verify_input(forward_batch.spec_info)
     upstream = self.extend_attention_fwd
     self.extend_attention_fwd = dispatch.call
     try:

@@ -4,50 +4,32 @@ A DFlash2 draft (``DFlash2DraftModel``) drafts its block by walking a lattice ov
 drafted position under the target's LM head; ``compute_candidates(hidden)`` returns those ids and their
 logits (through the draft's own ``_transform_unary_logits``). Upstream reads ``lm_head.org_vocab_size`` (TP=1)
 or ``lm_head.shard_indices`` (TP>1) there; Gemma 4's tied ``embed_tokens`` has neither, so the step raises.
-For that head this hook returns ``head.topk``'s exact top-k: each rank of ``compat.batch_group()`` scores its
+For that head this hook returns ``head.topk``'s exact top-k: each rank of ``runtime.batch_group()`` scores its
 slice of the vocabulary, one all-gather, the same k candidates on every rank. Any other head, or a call with
 arguments the hook does not know, goes to upstream unchanged.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from sglang_gemma4_dflash import compat
-from sglang_gemma4_dflash.head.greedy import VocabLayout, layout_for_head
+from sglang_gemma4_dflash.compat import runtime
+from sglang_gemma4_dflash.head.cached import CachedHead, cached_head
 from sglang_gemma4_dflash.head.topk import is_topk_head, topk_tokens
-
-
-@dataclass(frozen=True)
-class _Head:
-    """The group and layout of one draft model's head, worked out once (the step runs every draft step)."""
-
-    lm_head: object
-    weight: object
-    group: object = None
-    layout: VocabLayout | None = None  # None: upstream's head
 
 
 def serves(lm_head) -> bool:
     """Whether the plugin's top-k serves this head: Gemma 4's tied head, which upstream's step cannot read."""
     return (
-        compat.is_gemma4_tied_head(lm_head)
+        runtime.is_gemma4_tied_head(lm_head)
         and getattr(lm_head, "shard_indices", None) is None
         and getattr(lm_head, "org_vocab_size", None) is None
         and is_topk_head(lm_head)
     )
 
 
-def _head_for(draft_model, lm_head) -> _Head:
-    cached = draft_model.__dict__.get("_sglang_gemma4_dflash_candidates")
-    if cached is not None and cached.lm_head is lm_head and cached.weight is getattr(lm_head, "weight", None):
-        return cached
-    head = _Head(lm_head, getattr(lm_head, "weight", None))
-    if serves(lm_head):
-        group = compat.batch_group()
-        head = _Head(lm_head, head.weight, group, layout_for_head(lm_head, group.rank_in_group, group.world_size))
-    draft_model.__dict__["_sglang_gemma4_dflash_candidates"] = head
-    return head
+def _head_for(draft_model, lm_head) -> CachedHead:
+    return cached_head(
+        draft_model, "_sglang_gemma4_dflash_candidates", lm_head, lambda: serves(lm_head), runtime.batch_group
+    )
 
 
 def compute_candidates(original, self, *args, **kwargs):

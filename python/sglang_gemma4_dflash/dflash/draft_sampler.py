@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from sglang_gemma4_dflash import compat
+from sglang_gemma4_dflash.compat import runtime
 from sglang_gemma4_dflash.head.greedy import (
     DEFAULT_LOGITS_BUDGET_BYTES,
     dense_weight,
@@ -79,13 +79,13 @@ class SplitHeadDraftSampler:
         return (
             is_dense_head(lm_head)
             and int(getattr(worker, "block_size", 0)) > 1
-            and not compat.eager_draft_sampler_requested()
+            and not runtime.eager_draft_sampler_requested()
             and not any(getattr(worker, name, None) for name in VARIANT_ATTRS)
         )
 
     @classmethod
     def for_worker(cls, worker, lm_head, tp_group) -> "SplitHeadDraftSampler":
-        return cls(lm_head, block_size=worker.block_size, max_bs=compat.max_draft_graph_bs(worker), tp_group=tp_group)
+        return cls(lm_head, block_size=worker.block_size, max_bs=runtime.max_draft_graph_bs(worker), tp_group=tp_group)
 
     @torch.no_grad()
     def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor | None = None) -> None:

@@ -2,21 +2,21 @@
 
 Each function here is an AROUND hook (``hook(original, *args, **kwargs)``) and acts only when the
 target is a Gemma 4 model; for every other target it calls ``original`` unchanged. Which hook goes
-on which SGLang symbol is decided in ``hooks.py``.
+on which SGLang symbol is decided in ``plan.py``.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from dataclasses import dataclass
 
-from sglang_gemma4_dflash import compat
+from sglang_gemma4_dflash.compat import registry, runtime, symbols
 from sglang_gemma4_dflash.dflash import candidates, sampling_prebuild
 from sglang_gemma4_dflash.dflash.draft_sampler import SplitHeadDraftSampler
 from sglang_gemma4_dflash.gemma4.capture import check_then_capture, text_model_of
 from sglang_gemma4_dflash.gemma4.validate import validate_draft_against_target
-from sglang_gemma4_dflash.head.greedy import VocabLayout, greedy_token_ids, is_dense_head, layout_for_head
+from sglang_gemma4_dflash.head.cached import CachedHead, cached_head
+from sglang_gemma4_dflash.head.greedy import greedy_token_ids, is_dense_head
 
 logger = logging.getLogger(__name__)
 
@@ -35,21 +35,21 @@ def check_draft_at_init(original, self, *args, **kwargs):
     server_args = bound.arguments["server_args"]
     target_worker = bound.arguments["target_worker"]
     target_model = target_worker.model_runner.model
-    if not compat.is_gemma4_target(target_model):
+    if not runtime.is_gemma4_target(target_model):
         return original(self, *args, **kwargs)
     draft_path = server_args.speculative_draft_model_path
     validate_draft_against_target(
         target_worker.model_runner.model_config.hf_config,
-        compat.draft_hf_config(server_args),
+        runtime.draft_hf_config(server_args),
         draft_path=draft_path,
-        num_draft_tokens=compat.num_draft_tokens(server_args),
+        num_draft_tokens=runtime.num_draft_tokens(server_args),
     )
     build = sampling_prebuild.start()
     result = original(self, *args, **kwargs)  # if it raises, the error goes out at once, not after the build
     sampling_prebuild.finish(build)
     self.__dict__[_DRAFT_PATH] = draft_path
     cls = type(self)
-    if not compat.hook_in_place(f"{cls.__module__}.{cls.__qualname__}.init_cuda_graphs", report_after_graphs):
+    if not registry.hook_in_place(f"{cls.__module__}.{cls.__qualname__}.init_cuda_graphs", report_after_graphs):
         _report(self, target_model)  # v1: the capture and the head are set by now
     return result
 
@@ -62,7 +62,7 @@ def report_after_graphs(original, self, *args, **kwargs):
     draft's graph sampler after the worker is built, so the line saying which pieces run is logged here."""
     result = original(self, *args, **kwargs)
     if _DRAFT_PATH in self.__dict__:  # set by check_draft_at_init for Gemma 4 targets only
-        _report(self, compat.target_model_of(self))
+        _report(self, runtime.target_model_of(self))
     return result
 
 
@@ -80,7 +80,7 @@ def pieces_running(worker, target_model, draft_path: str) -> str:
     target = f"{cls.__module__}.{cls.__qualname__}.set_dflash_layers_to_capture"
     if getattr(method, "__sglang_gemma4_dflash__", False):
         capture = "the plugin's method"
-    elif compat.hook_in_place(target, check_then_capture):
+    elif registry.hook_in_place(target, check_then_capture):
         capture = "upstream's method after the plugin's checks"
     else:
         capture = "upstream's method (the plugin's checks are not in place)"
@@ -88,7 +88,7 @@ def pieces_running(worker, target_model, draft_path: str) -> str:
         layers = [i - 1 for i in text_model_of(target_model).layers_to_capture]
     except TypeError:
         layers = "?"
-    group = compat.batch_group()
+    group = runtime.batch_group()
     sampler = worker.__dict__.get("_draft_sampler")
     worker_cls = type(worker)
     head_target = f"{worker_cls.__module__}.{worker_cls.__qualname__}._greedy_sample_from_vocab_parallel_head"
@@ -96,14 +96,14 @@ def pieces_running(worker, target_model, draft_path: str) -> str:
         head = f"the plugin's split head in the draft CUDA graph over {sampler.layout.tp_size} rank(s)"
     elif sampler is not None:
         head = f"upstream's {type(sampler).__name__} in the draft CUDA graph"
-    elif compat.hook_in_place(head_target, greedy_sample):
+    elif registry.hook_in_place(head_target, greedy_sample):
         head = f"the plugin's exact head, eager, over {int(group.world_size)} rank(s)"
     else:
         head = "upstream's eager head"
     selector = getattr(worker.__dict__.get("draft_model"), "candidate_selector", None)
     if selector is not None:  # a DFlash2 draft walks the top-k candidates of each position
-        step = f"{compat.DFLASH2_DRAFT}.compute_candidates"
-        if candidates.serves(getattr(target_model, "lm_head", None)) and compat.hook_in_place(
+        step = f"{symbols.DFLASH2_DRAFT}.compute_candidates"
+        if candidates.serves(getattr(target_model, "lm_head", None)) and registry.hook_in_place(
             step, candidates.compute_candidates
         ):
             head += (
@@ -122,28 +122,11 @@ def pieces_running(worker, target_model, draft_path: str) -> str:
 HEAD_KWARGS = frozenset({"chunk_size"})
 
 
-@dataclass(frozen=True)
-class _Head:
-    """What the eager head hook works out once per worker and head (``layout_for_head`` and the group
-    lookup cost 40-60 us each per call)."""
+def _head_for(worker, lm_head) -> CachedHead:
+    def serves() -> bool:
+        return runtime.is_gemma4_target(runtime.target_model_of(worker)) and is_dense_head(lm_head)
 
-    lm_head: object
-    weight: object
-    gemma4: bool
-    group: object = None
-    layout: VocabLayout | None = None
-
-
-def _head_for(worker, lm_head) -> _Head:
-    cached = worker.__dict__.get("_sglang_gemma4_dflash_head")
-    if cached is not None and cached.lm_head is lm_head and cached.weight is getattr(lm_head, "weight", None):
-        return cached
-    head = _Head(lm_head, getattr(lm_head, "weight", None), compat.is_gemma4_target(compat.target_model_of(worker)))
-    if head.gemma4 and is_dense_head(lm_head):
-        group = compat.batch_group()
-        head = _Head(lm_head, head.weight, True, group, layout_for_head(lm_head, group.rank_in_group, group.world_size))
-    worker.__dict__["_sglang_gemma4_dflash_head"] = head
-    return head
+    return cached_head(worker, "_sglang_gemma4_dflash_head", lm_head, serves, runtime.batch_group)
 
 
 def greedy_sample(original, self, *args, **kwargs):
@@ -151,7 +134,7 @@ def greedy_sample(original, self, *args, **kwargs):
 
     Quantized (non-dense) heads stay with upstream, which has their kernels where it supports them.
     So does any call with arguments the plugin does not know (a fork's ``return_confidence=``, say):
-    upstream gets it unchanged. The head is split over ``compat.batch_group()``: the ranks that share
+    upstream gets it unchanged. The head is split over ``runtime.batch_group()``: the ranks that share
     the rows (under DP attention, one DP group's attention-TP ranks). The group and the head's layout
     are worked out once per worker.
     """
@@ -172,9 +155,9 @@ def draft_step_with_replicated_head(original, self, *args, **kwargs):
     ``shard_indices = None``, which the plugin's head (installed by ``greedy_sample``) reads as
     "replicated: every rank holds the full vocabulary". Nothing else in the step reads it.
     """
-    target_model = compat.target_model_of(self)
+    target_model = runtime.target_model_of(self)
     lm_head = getattr(target_model, "lm_head", None)
-    if lm_head is None or hasattr(lm_head, "shard_indices") or not compat.is_gemma4_target(target_model):
+    if lm_head is None or hasattr(lm_head, "shard_indices") or not runtime.is_gemma4_target(target_model):
         return original(self, *args, **kwargs)
     lm_head.shard_indices = None
     try:
@@ -197,7 +180,7 @@ def record_acceptance(original, self, batch, *args, **kwargs):
     reqs = getattr(batch, "reqs", None)
     if not per_req or reqs is None or len(reqs) != len(per_req):
         return result
-    if not compat.is_gemma4_target(compat.target_model_of(self)):
+    if not runtime.is_gemma4_target(runtime.target_model_of(self)):
         return result
     for req, accepted in zip(reqs, per_req):
         update = getattr(req, "update_spec_correct_drafts_histogram", None)
@@ -215,23 +198,23 @@ def build_split_sampler(original, self, *args, **kwargs):
     runs eagerly, scoring the full vocabulary on every rank with no sync. For a Gemma 4 target in that
     case the plugin returns its split sampler: each rank scores 1/tp of the vocabulary inside the draft
     CUDA graph and all ranks pick from the same gathered candidates. Under DP attention the split runs
-    over one DP group's ranks (``compat.batch_group()``); with one rank per group that rank scores the
+    over one DP group's ranks (``runtime.batch_group()``); with one rank per group that rank scores the
     whole vocabulary in the graph, with no collective.
     """
     sampler = original(self, *args, **kwargs)
     if sampler is not None:
         return sampler
-    target_model = compat.target_model_of(self)
+    target_model = runtime.target_model_of(self)
     lm_head = getattr(target_model, "lm_head", None)
     if (
         lm_head is None
-        or not compat.is_gemma4_target(target_model)
+        or not runtime.is_gemma4_target(target_model)
         or not _is_replicated(lm_head)
-        or int(compat.tp_group().world_size) == 1  # at TP=1 upstream keeps it eager for its own reasons
+        or int(runtime.tp_group().world_size) == 1  # at TP=1 upstream keeps it eager for its own reasons
         or not SplitHeadDraftSampler.supports(self, lm_head)
     ):
         return None
-    group = compat.batch_group()
+    group = runtime.batch_group()
     sampler = SplitHeadDraftSampler.for_worker(self, lm_head, group)
     if int(group.rank_in_group) == 0:
         logger.info(

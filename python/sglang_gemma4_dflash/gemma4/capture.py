@@ -28,7 +28,8 @@ import operator
 
 import torch
 
-from sglang_gemma4_dflash import compat, state
+from sglang_gemma4_dflash import state
+from sglang_gemma4_dflash.compat import probe
 
 logger = logging.getLogger(__name__)
 
@@ -131,10 +132,10 @@ def refuse_without_capture(self, layer_ids):
     refuse the DFLASH start, naming the line and the fix."""
     raise RuntimeError(
         f"sglang-gemma4-dflash: DFLASH with a Gemma 4 target ({type(self).__name__}) cannot run on this SGLang: "
-        f"{compat.capture_problem(type(self))}. Upgrade SGLang, or serve without --speculative-algorithm DFLASH."
+        f"{probe.capture_problem(type(self))}. Upgrade SGLang, or serve without --speculative-algorithm DFLASH."
     )
 
 
-# Marks the methods as this plugin's, so compat.probe() tells them apart from upstream's.
+# Marks the methods as this plugin's, so probe.features() tells them apart from upstream's.
 set_dflash_layers_to_capture.__sglang_gemma4_dflash__ = True
 refuse_without_capture.__sglang_gemma4_dflash__ = True

@@ -1,26 +1,12 @@
-"""Gemma 4 26B-A4B (mixture of experts) target with its z-lab DFlash draft under SGLang's DFLASH, TP 2.
-
-The same checks as the 31B test (sglang_gemma4_dflash_testkit.registered.GSM8KUnderDFlash): DFLASH started with the
-configured draft attention backend and block size, CUDA graphs on, GSM8K at least ``min_gsm8k_score``, average
-accept length at least ``min_accept_length``. docs/registered_tests.md says where each threshold comes from.
-
-Skipped (with the reason) without 2 CUDA GPUs or without the weights on local disk (directories and the Hugging Face
-cache only, never the network): GEMMA4_DFLASH_26B_A4B_TARGET / GEMMA4_DFLASH_26B_A4B_DRAFT point at local copies;
-GSM8K_DATA_PATH names a local GSM8K test.jsonl (otherwise SGLang's eval runner downloads it).
-"""
+"""Gemma 4 26B-A4B (mixture of experts) target with its z-lab DFlash draft under SGLang's DFLASH, TP 2: the checks of
+``sglang_gemma4_dflash_testkit.registered.GSM8KUnderDFlash`` (which also says when it skips).
+docs/registered_tests.md says where each threshold comes from."""
 
 import os
 import unittest
 
 from sglang_gemma4_dflash_testkit import registered
-
-try:
-    from sglang.test.ci.ci_register import register_cuda_ci
-except ImportError:  # SGLang not importable: the marker is a no-op at run time anyway
-
-    def register_cuda_ci(*args, **kwargs):
-        return None
-
+from sglang_gemma4_dflash_testkit.registered import register_cuda_ci
 
 register_cuda_ci(est_time=900, stage="extra-a", runner_config="2-gpu-large")
 

@@ -1,26 +1,16 @@
-"""Gemma 4 31B (dense) target with its z-lab DFlash draft under SGLang's DFLASH, tensor parallel 2.
+"""Gemma 4 31B (dense) target with its z-lab DFlash draft under SGLang's DFLASH, tensor parallel 2: the checks of
+``sglang_gemma4_dflash_testkit.registered.GSM8KUnderDFlash`` (which also says when it skips).
 
 On a real server: it starts with DFLASH, the configured draft attention backend and block size, CUDA graphs on;
 GSM8K (5-shot, 200 questions, completion API, 512 new tokens) scores at least ``min_gsm8k_score``; the average accept
 length the scheduler reports is at least ``min_accept_length``. docs/registered_tests.md says where each threshold
-comes from; sglang_gemma4_dflash_testkit.registered holds the server and the checks.
-
-Skipped (with the reason) without 2 CUDA GPUs or without the weights on local disk (directories and the Hugging Face
-cache only, never the network): GEMMA4_DFLASH_31B_TARGET / GEMMA4_DFLASH_31B_DRAFT point at local copies;
-GSM8K_DATA_PATH names a local GSM8K test.jsonl (otherwise SGLang's eval runner downloads it).
+comes from.
 """
 
 import unittest
 
 from sglang_gemma4_dflash_testkit import registered
-
-try:
-    from sglang.test.ci.ci_register import register_cuda_ci
-except ImportError:  # SGLang not importable: the marker is a no-op at run time anyway
-
-    def register_cuda_ci(*args, **kwargs):
-        return None
-
+from sglang_gemma4_dflash_testkit.registered import register_cuda_ci
 
 register_cuda_ci(est_time=900, stage="extra-a", runner_config="2-gpu-large")
 

@@ -6,21 +6,13 @@ completes with a finish reason and names the colour; the scheduler reports an av
 least 1: every verify step commits at least one token) and DFLASH drafted more than that on text right after, so the
 draft is still working once an image went through.
 
-Skipped (with the reason) without 2 CUDA GPUs or without the weights on local disk
-(GEMMA4_DFLASH_31B_TARGET / GEMMA4_DFLASH_31B_DRAFT point at local copies; nothing is downloaded to check).
+Skipped (with the reason) as ``registered`` says: without 2 CUDA GPUs or without the weights on local disk.
 """
 
 import unittest
 
 from sglang_gemma4_dflash_testkit import registered
-
-try:
-    from sglang.test.ci.ci_register import register_cuda_ci
-except ImportError:  # SGLang not importable: the marker is a no-op at run time anyway
-
-    def register_cuda_ci(*args, **kwargs):
-        return None
-
+from sglang_gemma4_dflash_testkit.registered import register_cuda_ci
 
 register_cuda_ci(est_time=600, stage="extra-a", runner_config="2-gpu-large")
 
