@@ -110,10 +110,11 @@ def pick_stop_token(output_ids: Sequence[int], block_size: int, start: int = 1) 
 def pick_stop_string(
     output_ids: Sequence[int], decode: Callable[[Sequence[int]], str], block_size: int, start: int = 1
 ) -> Optional[tuple[int, str]]:
-    """(position, string): the text of tokens p and p + 1 (printable, whole characters) for the first p at or after
-    `start` inside a block whose text first occurs in the decoded output where token p's text starts; else None."""
+    """(position, string): the text of tokens p and p + 1 (printable, whole characters; both inside one block, so the
+    match completes inside it) for the first p at or after `start` whose text first occurs in the decoded output where
+    token p's text starts; else None."""
     for p in range(start, len(output_ids) - 1):
-        if not inside_block(p, block_size):
+        if not (inside_block(p, block_size) and inside_block(p + 1, block_size)):
             continue
         text = decode(output_ids[p : p + 2])
         if not text.strip() or not text.isprintable() or "\ufffd" in text:
@@ -347,13 +348,16 @@ def percentile(values: Sequence[float], q: float) -> Optional[float]:
 
 def soak_goals(summary: dict) -> dict:
     """The soak's four goals from its summary: no failures apart from aborts, KV back to 0, GPU memory within 1 %
-    of its start, /health 200 throughout."""
+    of its start (None where only the whole card was measured while other servers came and went), /health 200
+    throughout."""
     mem = summary.get("gpu_memory_mib") or {}
     start, end = mem.get("start"), mem.get("end")
     return {
         "no_failures": summary.get("failed") == 0,
         "kv_back_to_zero": summary.get("kv_used_tokens_after_drain") == 0,
-        "memory_within_1pct": (start is not None and end is not None and abs(end - start) <= 0.01 * start),
+        "memory_within_1pct": None
+        if "not judged" in str(mem.get("measured"))
+        else (start is not None and end is not None and abs(end - start) <= 0.01 * start),
         "health_always_200": summary.get("health", {}).get("failed") == 0
         and summary.get("health", {}).get("ok", 0) > 0,
     }

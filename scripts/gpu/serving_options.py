@@ -51,6 +51,7 @@ from sglang_gemma4_dflash_testkit.tiny import TINY, planted_continuation, succes
 LOW, HIGH, KEY = TINY.num_special_tokens, TINY.key_token_id, TINY.key_token_id  # ordinary ids: [LOW, HIGH)
 BLOCK = TINY.block_size
 MAX_RUNNING = 16
+PAIRS = ("text", "mm", "text-stock", "mm-stock")
 JSON_SCHEMA = {
     "type": "object",
     "properties": {"ok": {"type": "boolean"}, "color": {"enum": ["red", "green", "blue"]}},
@@ -100,11 +101,13 @@ def outcome(answer: dict, seconds: float) -> dict:
     return out
 
 
+def cap(max_new_tokens: int) -> int:
+    return min(max_new_tokens, CAP["new_tokens"] or max_new_tokens)
+
+
 def payload(prompt: list[int], max_new_tokens: int, **params) -> dict:
     body = {k: params.pop(k) for k in ("return_logprob", "top_logprobs_num", "rid") if k in params}
-    if CAP["new_tokens"]:
-        max_new_tokens = min(max_new_tokens, CAP["new_tokens"])
-    sampling = {"temperature": 0.0, "max_new_tokens": int(max_new_tokens), **params}
+    sampling = {"temperature": 0.0, "max_new_tokens": cap(max_new_tokens), **params}
     return {"input_ids": [TINY.bos_token_id] + list(prompt), "sampling_params": sampling, **body}
 
 
@@ -287,6 +290,9 @@ def case_stop_ids(pair: Pair, out: CaseOut) -> None:
         compare(out, pair, "stop_ids", i, a, b)
     out.details["stop_ids"] = [{"position": pk[0], "token": pk[1], "plain_len": len(a.get("ids", []))}
                                for (_, pk), a in zip(runs, p)]  # fmt: skip
+    missed = [d["position"] for d in out.details["stop_ids"] if d["plain_len"] != d["position"] + 1]
+    if missed:
+        out.errors.append(f"stop_ids: plain did not stop at positions {missed}; nothing tested there")
 
 
 def case_stop_strings(pair: Pair, out: CaseOut) -> None:
@@ -305,6 +311,9 @@ def case_stop_strings(pair: Pair, out: CaseOut) -> None:
                                        "text": {"plain": a["text"], "dflash": b["text"]}})  # fmt: skip
     out.details["stop_strings"] = [{"position": pk[0], "stop": pk[1], "plain_len": len(a.get("ids", []))}
                                    for (_, pk), a in zip(runs, p)]  # fmt: skip
+    missed = [d["position"] for d in out.details["stop_strings"] if d["plain_len"] != d["position"] + 2]
+    if missed:
+        out.errors.append(f"stop_strings: plain did not stop after the string at {missed}; nothing tested there")
 
 
 EOS_POSITIONS = (2, 5, 11, 20, 29, 35)
@@ -319,8 +328,11 @@ def case_eos(pair: Pair, out: CaseOut) -> None:
     p, d = on_both(pair, [payload(x, 48) for x in prompts], concurrent=True)
     for i, (a, b) in enumerate(zip(p, d)):
         compare(out, pair, "eos", i, a, b)
-    out.details["eos"] = {"token": eos_token(), "positions": list(EOS_POSITIONS),
-                          "plain_lengths": [len(a.get("ids", [])) for a in p]}  # fmt: skip
+    lengths = [len(a.get("ids", [])) for a in p]
+    out.details["eos"] = {"token": eos_token(), "positions": list(EOS_POSITIONS), "plain_lengths": lengths}
+    missed = [(q, n) for q, n, a in zip(EOS_POSITIONS, lengths, p) if "error" not in a and n != min(q + 1, cap(48))]
+    if missed:
+        out.errors.append(f"eos: plain did not stop at the planted EOS (position, length): {missed}; nothing tested")
 
 
 def case_logprobs(pair: Pair, out: CaseOut) -> None:
@@ -545,10 +557,11 @@ def run_group(setup: Setup, pair_name: str, options: list, save) -> None:
     """One plain and one DFLASH server with the options' shared flags; the options' cases in turn; rows saved."""
     args, first = setup.args, options[0]
     name = f"{pair_name}-{first.name}"
-    model = setup.paths[first.target if pair_name == "text" else first.target.replace("target", "target_mm")]
-    flags = base_flags(args.cpu, args.mem_fraction, pair_name == "mm") + list(first.flags)
+    target, _, stock = pair_name.partition("-")  # "text", "mm"; "-stock": the plugin off (SGLang's own DFLASH)
+    model = setup.paths[first.target if target == "text" else first.target.replace("target", "target_mm")]
+    flags = base_flags(args.cpu, args.mem_fraction, target == "mm") + list(first.flags)
     dflash_flags = flags + ([] if args.cpu else e2e.dflash_args(setup.paths["draft"], BLOCK))
-    env = dict(first.env)
+    env = dict(first.env, **({"SGLANG_PLUGINS": "some_other_name"} if stock else {}))
     if time.time() > args.deadline_at or STOPPING.is_set():
         for o in options:
             save(o, sm.not_run_row(o, args.sglang, pair_name, "deadline reached before its servers started"))
@@ -676,7 +689,16 @@ def soak_request(kind: str, rng: random.Random, prefix: list) -> tuple:
     return payload(short, rng.randint(16, 200)), False, None
 
 
-def run_soak(setup: Setup, seconds: float, max_requests: int) -> dict:
+def warm_up(url: str) -> None:
+    """One request of every soak kind, 16 in flight, before the soak's start is measured; not counted."""
+    rng = random.Random(1)
+    prefix = sm.random_ids(random.Random(99), 1200, LOW, HIGH, KEY)
+    bodies = [soak_request(kind, rng, prefix)[0] for kind, _ in SOAK_KINDS for _ in range(2)][:16]
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        list(pool.map(lambda body: post(url, body, 300), bodies))
+
+
+def run_soak(setup: Setup, seconds: float, max_requests: int, shared: bool) -> dict:
     args = setup.args
     flags = base_flags(args.cpu, args.mem_fraction, False)
     flags += [] if args.cpu else e2e.dflash_args(setup.paths["draft"], BLOCK)
@@ -686,10 +708,12 @@ def run_soak(setup: Setup, seconds: float, max_requests: int) -> dict:
     stats = {"sent": 0, "answered": 0, "failed": 0, "refused": 0, "aborted": 0, "by_kind": {}}
     latencies, failures, lock, stop = [], [], threading.Lock(), threading.Event()
     health = {"ok": 0, "failed": 0, "first_failures": []}
-    url = server.base_url
+    url, memory, kv_start, kv_after = server.base_url, {}, None, None
     try:
         pgid = server.process.pid
-        memory = {"start": gpu_memory_mib(pgid)}
+        memory["at_ready"] = gpu_memory_mib(pgid)
+        warm_up(url)  # the allocator's pools grow with the first batches: "start" is after them
+        memory["start"] = gpu_memory_mib(pgid)
         kv_start = kv_used_tokens(url)
         deadline = min(time.time() + seconds, args.deadline_at - 60)
 
@@ -749,7 +773,8 @@ def run_soak(setup: Setup, seconds: float, max_requests: int) -> dict:
     finally:
         stop.set()
         server.stop()
-    side = "server" if memory["start"].get("server") else "card"
+    key = "server" if memory.get("start", {}).get("server") else "card"
+    measured = key + (" (shared with the matrix's servers: not judged)" if key == "card" and shared else "")
     summary = {
         **stats,
         "ready_s": ready_s,
@@ -757,11 +782,11 @@ def run_soak(setup: Setup, seconds: float, max_requests: int) -> dict:
         "failures": failures,
         "latency_s": {"p50": sm.percentile(latencies, 50), "p99": sm.percentile(latencies, 99)},
         "gpu_memory_mib": {
-            "start": memory["start"].get(side),
-            "end": memory["end"].get(side),
-            "measured": side,
+            "start": memory.get("start", {}).get(key),
+            "end": memory.get("end", {}).get(key),
+            "measured": measured,
             "raw": memory,
-        },  # fmt: skip
+        },
         "kv_used_tokens_at_start": kv_start,
         "kv_used_tokens_after_drain": kv_after,
         "health": health,
@@ -785,7 +810,12 @@ def main(argv=None) -> None:
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("--line", default="", help="the SGLang line, for the rows (default: the imported version)")
     parser.add_argument("--options", default="all", help=f"comma list of {', '.join(sm.OPTIONS)}, or all")
-    parser.add_argument("--pairs", default="text", help="text (the tiny text target) and/or mm (its multimodal twin)")
+    parser.add_argument(
+        "--pairs",
+        default="text",
+        help="text (the tiny text target), mm (its multimodal twin); text-stock / mm-stock: the plugin off (SGLANG_PLUGINS "
+        "names another plugin), to show where stock SGLang does the same",
+    )
     parser.add_argument("--group-size", type=int, default=4, help="server pairs side by side")
     parser.add_argument("--stagger", type=float, default=20.0, help="seconds between server starts")
     parser.add_argument("--mem-fraction", type=float, default=0.6)
@@ -802,6 +832,9 @@ def main(argv=None) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: (STOPPING.set(), stop_servers(signum, frame)))
     CAP["new_tokens"] = args.cap_new_tokens
     options = sm.select_options(args.options) if args.options != "none" else []
+    bad = [p for p in args.pairs.split(",") if p not in PAIRS]
+    if bad:
+        raise SystemExit(f"--pairs: unknown {', '.join(bad)}; known: {', '.join(PAIRS)}")
     import sglang
 
     args.sglang = args.line or sglang.__version__
@@ -841,7 +874,9 @@ def main(argv=None) -> None:
             save(o, sm.not_run_row(o, args.sglang, pair, "not reached"))
     try:
         with ThreadPoolExecutor(max(1, args.group_size) + 1) as pool:
-            soak = pool.submit(run_soak, setup, args.soak, args.soak_max_requests) if args.soak > 0 else None
+            soak = (
+                pool.submit(run_soak, setup, args.soak, args.soak_max_requests, bool(jobs)) if args.soak > 0 else None
+            )
             with ThreadPoolExecutor(max(1, args.group_size)) as groups:
                 list(groups.map(lambda job: run_group(setup, job[0], job[1], save), jobs))
             if soak is not None:
