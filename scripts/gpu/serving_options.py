@@ -172,6 +172,7 @@ def compare(out: CaseOut, pair: Pair, case: str, index: int, p, d, *, logprobs: 
     """Judge one answer pair into `out`: a comparison, a refusal, or an error."""
     if isinstance(p, list) or isinstance(d, list):  # n > 1
         p, d = (p if isinstance(p, list) else [p]), (d if isinstance(d, list) else [d])
+        p, d = sorted(p, key=sample_key), sorted(d, key=sample_key)  # the n samples come back in any order
         for j, (a, b) in enumerate(zip(p, d)):
             compare(out, pair, case, index * 100 + j, a, b)
         return
@@ -206,6 +207,10 @@ def compare(out: CaseOut, pair: Pair, case: str, index: int, p, d, *, logprobs: 
             item["first_difference"] = {"case": case, "prompt": index, "logprob_max_abs_diff": worst}
     out.comparisons.append(item)
     out.accepts.append(d.get("accept"))
+
+
+def sample_key(x: dict) -> tuple:
+    return (x.get("ids") or [], str(x.get("error", "")))
 
 
 def logprob_gap(p: dict, d: dict) -> float | None:
@@ -357,7 +362,7 @@ def grammar_ok(kind: str, text: str) -> bool:
 def case_grammar(kind: str, pair: Pair, out: CaseOut) -> None:
     key = {"regex": REGEX, "json_schema": json.dumps(JSON_SCHEMA)}[kind]
     prompts = sm.length_prompts([6, 25, 50, 90], LOW, HIGH, KEY, seed=16)
-    p, d = on_both(pair, [payload(x, 64, **{kind: key}) for x in prompts], concurrent=True, timeout=120)
+    p, d = on_both(pair, [payload(x, 128, **{kind: key}) for x in prompts], concurrent=True, timeout=120)
     broken = {"plain": [], "dflash": []}
     for i, (a, b) in enumerate(zip(p, d)):
         compare(out, pair, kind, i, a, b)
@@ -366,7 +371,11 @@ def case_grammar(kind: str, pair: Pair, out: CaseOut) -> None:
                 broken[side].append(x["text"][:200])
     if broken["dflash"]:
         out.errors.append(f"{kind}: DFLASH output breaks the grammar: {broken['dflash']}")
-    out.details[kind] = {"breaks_grammar": broken, "finish": [(x.get("finish") or {}).get("type") for x in d]}
+    out.details[kind] = {
+        "breaks_grammar": broken,
+        "finish": [(x.get("finish") or {}).get("type") for x in d],
+        "dflash_texts": [x.get("text", "")[:120] for x in d],
+    }
     follow_up(out, pair, kind)
 
 
