@@ -187,6 +187,11 @@ def test_served_path_from_real_plugin_log_lines(caplog):
     assert off["verify_attention"] == {"target": "SGLang's extend kernel", "draft": "SGLang's extend kernel"}
 
 
+def test_logprob_tolerance():
+    assert sm.logprobs_close(-0.01, -0.03) and sm.logprobs_close(-5.0, -5.15) and sm.logprobs_close(-20.0, -20.45)
+    assert not sm.logprobs_close(-0.01, -0.5) and not sm.logprobs_close(-5.0, -5.3)
+
+
 def test_percentile_and_soak_goals():
     assert sm.percentile([], 50) is None
     values = list(range(1, 101))
@@ -200,6 +205,38 @@ def test_percentile_and_soak_goals():
     assert not sm.soak_goals({**good, "failed": 1})["no_failures"]
     shared = {**good, "gpu_memory_mib": {"start": 1, "end": 9, "measured": "card (shared ...: not judged)"}}
     assert sm.soak_goals(shared)["memory_within_1pct"] is None
+
+
+def answer(ids, finish="length", **extra):
+    return {"ids": ids, "text": "", "finish": {"type": finish}, "accept": 8.0, "seconds": 0.5, **extra}
+
+
+def test_compare_sorts_answers_into_comparisons_refusals_and_errors():
+    import serving_options as so
+
+    out = so.CaseOut()
+    strict, lenient = so.Pair("p", "d"), so.Pair("p", "d", refusal_ok=True)
+    so.compare(out, strict, "greedy", 0, answer([1, 2, 3]), answer([1, 2, 3]))
+    so.compare(out, strict, "greedy", 1, answer([1, 2, 3]), answer([1, 9, 3]))
+    so.compare(out, strict, "stops", 2, answer([1, 2], "stop"), answer([1, 2, 3]))
+    so.compare(out, strict, "sampling", 3, [answer([5]), answer([4])], [answer([4]), answer([5])])  # any order
+    refused = {"error": 'http://d/generate: HTTP 400: {"error": {"message": "' + REFUSAL + '"}}', "seconds": 0.1}
+    so.compare(out, lenient, "logprobs", 4, answer([1]), refused)
+    so.compare(out, strict, "greedy", 5, answer([1]), refused)  # a refusal where none is allowed
+    so.compare(out, lenient, "regex", 6, answer([1]), {**refused, "seconds": 45.0})  # not at once
+    top = [[[-0.01, 7, None], [-5.0, 8, None]]]
+    so.compare(out, strict, "logprobs", 7, answer([7], output_token_logprobs=[[-0.01, 7, None]], output_top_logprobs=top),
+               answer([7], output_token_logprobs=[[-0.03, 7, None]], output_top_logprobs=[[[-0.03, 7, None],
+               [-5.15, 8, None]]]), logprobs=True)  # fmt: skip
+    so.compare(out, strict, "logprobs", 8, answer([7], output_token_logprobs=[[-0.01, 7, None]], output_top_logprobs=top),
+               answer([7], output_token_logprobs=[[-0.5, 7, None]], output_top_logprobs=top), logprobs=True)  # fmt: skip
+    got = [(c["case"], c["index"], c["identical"], c["finish_equal"]) for c in out.comparisons]
+    assert got == [("greedy", 0, True, True), ("greedy", 1, False, True), ("stops", 2, False, False),
+                   ("sampling", 300, True, True), ("sampling", 301, True, True), ("logprobs", 7, True, True),
+                   ("logprobs", 8, False, True)]  # fmt: skip
+    assert out.comparisons[1]["first_difference"]["index"] == 1
+    assert out.refusals == [f"logprobs: {REFUSAL}"]
+    assert [e.split("[")[0] for e in out.errors] == ["greedy", "regex"]
 
 
 # --- the script's cases against a real SGLang CPU server --------------------------------------------------------

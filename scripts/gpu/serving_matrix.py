@@ -337,6 +337,15 @@ def served_path(log_text: str) -> dict:
     }
 
 
+LOGPROB_ATOL, LOGPROB_RTOL = 0.1, 0.02
+
+
+def logprobs_close(a: float, b: float) -> bool:
+    """Plain's and DFLASH's logprob of one token agree within bf16 tolerance: the target's logits are bf16 (about 3
+    significant digits), and the verify and decode forwards round differently."""
+    return abs(a - b) <= LOGPROB_ATOL + LOGPROB_RTOL * max(abs(a), abs(b))
+
+
 def percentile(values: Sequence[float], q: float) -> Optional[float]:
     """The q-th percentile (0-100) by nearest rank; None for no values."""
     if not values:

@@ -59,7 +59,6 @@ JSON_SCHEMA = {
     "additionalProperties": False,
 }
 REGEX = "(yes|no)-[0-9]{2}"
-LOGPROB_ATOL = 0.08  # bf16 logits of the tiny target: |plain - DFLASH| per logprob
 CAP = {"new_tokens": None}  # --cap-new-tokens: shorter generations for a dry run on a slow CPU
 STOPPING = threading.Event()  # set on SIGTERM: no new server, no new option, no row from dying servers
 
@@ -176,6 +175,10 @@ def compare(out: CaseOut, pair: Pair, case: str, index: int, p, d, *, logprobs: 
         for j, (a, b) in enumerate(zip(p, d)):
             compare(out, pair, case, index * 100 + j, a, b)
         return
+    p_message, d_message = p.get("error") or p.get("abort_message"), d.get("error") or d.get("abort_message")
+    if p_message and d_message and pair.refusal_ok and all(map(sm.is_clear_refusal, (p_message, d_message))):
+        out.refusals.append(f"{case} (plain too): {sm.last_error_line(sm.refusal_text(d_message))}")
+        return
     if "error" in p or "abort_message" in p:
         out.errors.append(f"{case}[{index}] plain: {p.get('error') or p.get('abort_message')}"[:1500])
         return
@@ -200,9 +203,9 @@ def compare(out: CaseOut, pair: Pair, case: str, index: int, p, d, *, logprobs: 
             "finish": {"plain": p["finish"], "dflash": d["finish"]},
         }
     if logprobs and diff is None:
-        worst = logprob_gap(p, d)
+        worst, close = logprob_gap(p, d)
         item["logprob_max_abs_diff"] = worst
-        if worst is None or worst > LOGPROB_ATOL:
+        if not close:
             item["identical"] = False
             item["first_difference"] = {"case": case, "prompt": index, "logprob_max_abs_diff": worst}
     out.comparisons.append(item)
@@ -213,19 +216,19 @@ def sample_key(x: dict) -> tuple:
     return (x.get("ids") or [], str(x.get("error", "")))
 
 
-def logprob_gap(p: dict, d: dict) -> float | None:
-    """Largest |plain - DFLASH| over the output logprobs and the top logprobs (the same ids in the same order)."""
+def logprob_gap(p: dict, d: dict) -> tuple:
+    """(largest |plain - DFLASH| over the output logprobs and the top logprobs, all within tolerance); the top
+    logprobs must name the same ids in the same order. (None, False) when they cannot be compared."""
     try:
-        worst = 0.0
-        for a, b in zip(p["output_token_logprobs"], d["output_token_logprobs"]):
-            worst = max(worst, abs(a[0] - b[0]))
+        pairs = [(a[0], b[0]) for a, b in zip(p["output_token_logprobs"], d["output_token_logprobs"])]
         for ta, tb in zip(p["output_top_logprobs"], d["output_top_logprobs"]):
             if [x[1] for x in ta] != [x[1] for x in tb]:
-                return float("inf")
-            worst = max([worst] + [abs(x[0] - y[0]) for x, y in zip(ta, tb)])
-        return round(worst, 5)
+                return float("inf"), False
+            pairs += [(x[0], y[0]) for x, y in zip(ta, tb)]
     except (KeyError, TypeError, IndexError):
-        return None
+        return None, False
+    worst = max((abs(a - b) for a, b in pairs), default=0.0)
+    return round(worst, 5), all(sm.logprobs_close(a, b) for a, b in pairs)
 
 
 def follow_up(out: CaseOut, pair: Pair, case: str) -> None:
