@@ -603,7 +603,7 @@ def run_group(setup: Setup, pair_name: str, options: list, save) -> None:
                               accept_lengths=out.accepts, refusals=out.refusals, errors=out.errors,
                               plain_start_error=plain_err, dflash_start_error=dflash_err, path=path,
                               details={**out.details, "servers": facts, "seconds": round(time.time() - started, 1),
-                                       "dflash_is_plain_standin": bool(args.cpu)})  # fmt: skip
+                                       "dflash_is_plain_standin": bool(args.cpu), "server_env": env})  # fmt: skip
             save(option, row)
             log(f"{option.name}: {row['verdict']} identical {row['identical']} accept {row['accept_length']}"
                 + (f" errors {[e[:160] for e in row['errors']]}" if row["errors"] else ""))  # fmt: skip
@@ -830,7 +830,13 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--group-size", type=int, default=4, help="server pairs side by side")
     parser.add_argument("--stagger", type=float, default=20.0, help="seconds between server starts")
-    parser.add_argument("--mem-fraction", type=float, default=0.6)
+    parser.add_argument(
+        "--mem-fraction",
+        type=float,
+        default=0.6,
+        help="--mem-fraction-static: SGLang keeps (1 - f) of the memory free at the server's start for others; "
+        "--max-total-tokens 32768 caps each KV pool",
+    )
     parser.add_argument("--ready-timeout", type=float, default=300.0)
     parser.add_argument("--deadline", type=float, default=560.0, help="no new server or option after this (s)")
     parser.add_argument("--soak", type=float, default=0.0, help="seconds of mixed traffic on one more DFLASH server")
