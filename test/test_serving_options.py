@@ -168,7 +168,8 @@ def test_served_path_from_real_plugin_log_lines(caplog):
     """The 'kernel on' and worker lines as a GPU server printed them; the decline line as the plugin logs it."""
     from sglang_gemma4_dflash.attention.backend_hooks import BlockDispatch
 
-    server_log = (ROOT / "benchmarks" / "h200_sglang0517_31b_sweep_k_dflash_server.log").read_text(errors="replace")
+    (log_file,) = ROOT.glob("benchmarks/**/h200_sglang0517_31b_sweep_k_dflash_server.log")  # a GPU server's log
+    server_log = log_file.read_text(errors="replace")
 
     def upstream(q_extend=None, **kwargs):
         return "upstream"
