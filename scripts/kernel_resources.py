@@ -29,7 +29,8 @@ import sys
 import tempfile
 import types
 
-KERNEL = os.path.join(os.path.dirname(__file__), "..", "python", "sglang_gemma4_dflash", "attention", "block_kernel.py")
+PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python")
+KERNEL = os.path.join(PYTHON, "sglang_gemma4_dflash", "attention", "block_kernel.py")
 GRIDS = {  # --grid: the tunings compiled per kind (m_tile, block_n, num_warps, num_stages, dv_parts, d_chunk)
     "target-global": ((32, 64), (16, 32, 64), (4, 8), (3, 5, 7), (1, 2), (0, 64)),
     "target-sliding": ((16, 32, 64), (32, 64), (4, 8), (3, 5, 7), (1,), (0, 128)),
@@ -43,17 +44,29 @@ KINDS = {  # num_heads, num_kv_heads, head_dim, window, causal; the batch classe
 
 
 def load_kernel_module(path: str = KERNEL):
-    """block_kernel.py by path (the plugin's package imports SGLang-facing modules this tool does not need)."""
+    """block_kernel.py by path (an experiment's copy, say); its tilings come from the package's tuning.py (this
+    checkout's where the package is not installed)."""
     if "torch" not in sys.modules:
         try:
             import torch  # noqa: F401
         except ImportError:
-            sys.modules["torch"] = types.ModuleType("torch")  # the kernels need Triton only
+            torch = sys.modules["torch"] = types.ModuleType("torch")  # the kernels need Triton only
+            torch.float8_e4m3fn = torch.float8_e5m2 = None  # what block_kernel reads of torch at import
+    tilings()
     spec = importlib.util.spec_from_file_location("block_kernel_for_resources", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def tilings():
+    """The package's tuning module (Tuning, default_tuning)."""
+    try:
+        return importlib.import_module("sglang_gemma4_dflash.attention.tuning")
+    except ImportError:
+        sys.path.insert(0, PYTHON)
+        return importlib.import_module("sglang_gemma4_dflash.attention.tuning")
 
 
 SM_SHARED_BYTES = 228 * 1024  # an H200 SM's shared memory; each resident block also takes 1 KB for the system
@@ -69,10 +82,12 @@ def compile_fwd(bk, kind: str, tuning, dtype: str = "bf16") -> dict:
     heads, kv_heads, d, window, causal, _ = KINDS[kind]
     fn = bk._block_attn_fwd
     sig = {p.name: "i32" for p in fn.params if not p.is_constexpr}
-    sig.update({n: f"*{dtype}" for n in ("Q", "K_ext", "V_ext", "K_buf", "V_buf", "O")})
+    kv_fp8 = dtype == "fp8"  # bf16 queries over a float8_e4m3fn cache
+    sig.update({n: "*bf16" if kv_fp8 else f"*{dtype}" for n in ("Q", "K_ext", "V_ext", "O")})
+    sig.update({n: "*fp8e4nv" if kv_fp8 else f"*{dtype}" for n in ("K_buf", "V_buf")})
     sig.update({"Mid_O": "*fp32", "Mid_LSE": "*fp32", "qo_indptr": "*i32", "kv_indptr": "*i32", "kv_indices": "*i32"})
-    sig.update({"qk_scale": "fp32", "v_scale": "fp32"})
-    constants = dict(bk.fwd_constants(heads, kv_heads, d, d, 16, tuning, window, causal), DIRECT=False)
+    sig.update({"ctx_qk_scale": "fp32", "blk_qk_scale": "fp32", "v_scale": "fp32"})
+    constants = dict(bk.fwd_constants(heads, kv_heads, d, d, 16, tuning, window, causal, kv_fp8, kv_fp8), DIRECT=False)
     sig.update({name: "constexpr" for name in constants})
     # the run-time specialisation: aligned pointers, strides that are multiples of 16
     aligned = [i for i, p in enumerate(fn.params) if sig[p.name].startswith("*") or p.name.startswith("stride")]
@@ -150,7 +165,7 @@ def _worker_init(path: str) -> None:
 
 def _compile_job(job: tuple) -> dict:
     kind, label, fields, dtype = job
-    return {"what": label, **compile_fwd(_WORKER_MODULE, kind, _WORKER_MODULE.Tuning(**fields), dtype)}
+    return {"what": label, **compile_fwd(_WORKER_MODULE, kind, tilings().Tuning(**fields), dtype)}
 
 
 def main() -> None:
@@ -164,7 +179,12 @@ def main() -> None:
         default=[],
         help="[KIND:]m_tile,block_n,num_warps,num_stages,dv_parts[,d_chunk]",
     )
-    ap.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16", help="q and the KV cache's type")
+    ap.add_argument(
+        "--dtype",
+        choices=("bf16", "fp16", "fp32", "fp8"),
+        default="bf16",
+        help="q and the KV cache's type (fp8: bf16 q, e4m3 cache)",
+    )
     ap.add_argument("--with-defaults", action="store_true", help="the default tunings too, when variants are given")
     ap.add_argument(
         "--grid", nargs="*", default=[], choices=sorted(GRIDS), help="every tuning of GRIDS for these kinds"
@@ -173,16 +193,17 @@ def main() -> None:
     args = ap.parse_args()
     import triton
 
-    bk = load_kernel_module(args.kernel)
+    load_kernel_module(args.kernel)  # fails here, not in the workers, where it cannot load
+    tiling = tilings()
     jobs = []
     for kind in args.grid:
         for m, n, w, s, p, c in itertools.product(*GRIDS[kind]):
-            tuning = bk.Tuning(m_tile=m, block_n=n, num_warps=w, num_stages=s, dv_parts=p, d_chunk=c)
+            tuning = tiling.Tuning(m_tile=m, block_n=n, num_warps=w, num_stages=s, dv_parts=p, d_chunk=c)
             jobs.append((kind, "grid", tuning))
     if not (args.variants or args.grid) or args.with_defaults:
         for kind, (*_, d, _w, _c, batches) in KINDS.items():
             jobs += [
-                (kind, f"default at batch {b}", bk.default_tuning(d, b, 4 if args.dtype == "fp32" else 2))
+                (kind, f"default at batch {b}", tiling.default_tuning(d, b, 4 if args.dtype == "fp32" else 2))
                 for b in batches
             ]
     for v in args.variants:
@@ -192,7 +213,7 @@ def main() -> None:
             ap.error(f"variant {v!r}: name its kind (--kind, or KIND:fields) from {sorted(KINDS)}")
         m, n, w, s, p, *rest = map(int, fields.split(","))
         c = rest[0] if rest else 0
-        tuning = bk.Tuning(m_tile=m, block_n=n, num_warps=w, num_stages=s, dv_parts=p, d_chunk=c)
+        tuning = tiling.Tuning(m_tile=m, block_n=n, num_warps=w, num_stages=s, dv_parts=p, d_chunk=c)
         jobs.append((kind, "variant", tuning))
     rows = []
     with multiprocessing.get_context("spawn").Pool(args.jobs, _worker_init, (args.kernel,)) as pool:

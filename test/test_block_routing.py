@@ -16,7 +16,7 @@ import pytest
 import torch
 from sglang_gemma4_dflash.attention import backend_hooks
 from sglang_gemma4_dflash_testkit import verify_backend
-from sglang_gemma4_dflash_testkit.block_attention_ref import make_case, reference
+from sglang_gemma4_dflash_testkit.block_attention_ref import exact_interpreter_fp8_casts, make_case, reference
 
 CASES = {
     "target-sliding": dict(ctx=[7, 12, 12], blocks=[16, 16, 16], num_heads=4, num_kv_heads=2, head_dim=32, window=12),
@@ -97,7 +97,19 @@ def test_decline_reasons_name_each_unsupported_argument():
     assert backend_hooks.decline_reason(dict(base, page_size=16), False) is None  # 3-D buffers: slots
     assert "4-D" in backend_hooks.decline_reason(dict(base, k_buffer=case.k_buffer[None]), False)
     fp8 = case.k_buffer.to(torch.float8_e4m3fn)
-    assert "float8" in backend_hooks.decline_reason(dict(base, k_buffer=fp8), False)
+    assert "float8" in backend_hooks.decline_reason(dict(base, k_buffer=fp8), False)  # fp32 queries, v in fp32
+    half = dict(base, q_extend=case.q.half(), k_extend=case.k_ext.half(), v_extend=case.v_ext.half())
+    for kind in (torch.float8_e4m3fn, torch.float8_e5m2):  # served: both formats, queries in fp16 (or bf16)
+        assert backend_hooks.decline_reason(dict(half, k_buffer=fp8.to(kind), v_buffer=fp8.to(kind)), False) is None
+    fnuz = case.k_buffer.to(torch.float8_e4m3fnuz)
+    assert backend_hooks.decline_reason(dict(half, k_buffer=fnuz, v_buffer=fnuz), False) == (
+        "KV cache in torch.float8_e4m3fnuz / torch.float8_e4m3fnuz with queries in torch.float16"
+    )
+    fp8_q = dict(half, q_extend=case.q.to(torch.float8_e4m3fn), k_buffer=fp8, v_buffer=fp8)
+    assert backend_hooks.decline_reason(fp8_q, False) == "queries in torch.float8_e4m3fn"
+    mixed = dict(half, k_buffer=fp8, v_buffer=fp8.to(torch.float8_e5m2))
+    assert "float8_e4m3fn / torch.float8_e5m2" in backend_hooks.decline_reason(mixed, False)
+    assert backend_hooks.decline_reason(dict(base, v_scale=torch.tensor(0.5)), False) == "v_scale is a tensor"
     assert "not know" in backend_hooks.decline_reason(dict(base, future_flag=1), False)
     assert backend_hooks.decline_reason(dict(base, skip_extend=True), False) == "skip_extend is set"
     no_indices = {k: v for k, v in base.items() if k != "kv_indices"}
@@ -157,7 +169,7 @@ def test_the_tuning_file_is_checked_when_a_gemma4_dflash_backend_is_built(sglang
     from types import SimpleNamespace
 
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-    from sglang_gemma4_dflash.attention import block_kernel
+    from sglang_gemma4_dflash.attention import tuning as tilings
 
     _, _, _, gemma4 = pair
     dflash, eagle = SpeculativeAlgorithm.from_string("DFLASH"), SpeculativeAlgorithm.from_string("EAGLE")
@@ -176,13 +188,116 @@ def test_the_tuning_file_is_checked_when_a_gemma4_dflash_backend_is_built(sglang
 
     bad = tmp_path / "bad.json"
     bad.write_text('[{"head_dim": 512, "m_tile": 24}]')
-    monkeypatch.setenv(block_kernel.TUNING_ENV, str(bad))
+    monkeypatch.setenv(tilings.TUNING_ENV, str(bad))
     with pytest.raises(ValueError, match=r"bad\.json: row 0: m_tile=24 is not a power of two"):
         build(dflash)
     assert not hasattr(build(eagle), backend_hooks._DISPATCH)  # not a DFLASH target: the file is not read
     good = tmp_path / "good.json"
     good.write_text('[{"head_dim": 512, "m_tile": 64, "num_stages": 5}]')
-    monkeypatch.setenv(block_kernel.TUNING_ENV, str(good))
+    monkeypatch.setenv(tilings.TUNING_ENV, str(good))
     with caplog.at_level(logging.INFO, logger=backend_hooks.__name__):
         assert hasattr(build(dflash), backend_hooks._DISPATCH)
     assert f"on for the Gemma 4 DFLASH target (tilings of 1 row(s) from {good})" in caplog.text
+
+
+FP8_CASES = {  # an fp8 cache with its layer's scales (k_scale != v_scale), queries in fp16 (the interpreter's)
+    "target-sliding-e4m3": dict(CASES["target-sliding"], kv_dtype=torch.float8_e4m3fn, k_scale=2.0, v_scale=0.5,
+                                amplitude=2.0),
+    "draft-full-e5m2": dict(CASES["draft-full"], kv_dtype=torch.float8_e5m2, k_scale=0.5, v_scale=3.0),
+}  # fmt: skip
+
+
+def fp8_case_named(name: str, seed: int = 0):
+    spec = dict(FP8_CASES[name])
+    return make_case(spec.pop("ctx"), spec.pop("blocks"), seed=seed, dtype=torch.float16, **spec)
+
+
+@pytest.mark.parametrize("name", list(FP8_CASES))
+def test_fp8_cache_verify_runs_the_block_kernel(sglang, name, monkeypatch):
+    """With an fp8 cache and the layer's float scales, forward_extend's TARGET_VERIFY call is the block kernel's, with
+    the reference's answer and upstream's (its fp8 casts made a GPU's under the interpreter)."""
+    exact_interpreter_fp8_casts(monkeypatch)
+    case = fp8_case_named(name)
+    hooked, upstream, dispatch = verify_backend.run(case, role="draft" if name.startswith("draft") else "target")
+    assert dispatch.served == 1 and not dispatch.declined and not dispatch.failed
+    ref, limit = reference(case), 4e-2 if case.k_buffer.dtype == torch.float8_e5m2 else 2.5e-2
+    assert rel(hooked, ref) < limit and rel(upstream, ref) < limit, (rel(hooked, ref), rel(upstream, ref))
+
+
+def test_a_tensor_valued_scale_is_declined_by_name(sglang):
+    """A layer whose k_scale_float / v_scale_float are tensors: declined by name and handed to upstream's kernel,
+    which meets it as stock SGLang does (its Triton kernel rejects a tensor where it takes a float)."""
+    case = fp8_case_named("target-sliding-e4m3")
+    with pytest.raises(Exception) as stock:
+        verify_backend.forward(case, None, scale_type=torch.tensor)
+    dispatch = verify_backend.dispatch_for()
+    with pytest.raises(type(stock.value)) as routed:
+        verify_backend.forward(case, dispatch, scale_type=torch.tensor)
+    assert str(routed.value) == str(stock.value)
+    assert dispatch.served == 0 and dispatch.declined == {"k_scale is a tensor"}
+
+
+def plant_import_failure(monkeypatch):
+    """Importing ``sglang_gemma4_dflash.attention.block_kernel`` anew raises ImportError, as under a Triton without
+    the ``gdc_*`` names: an empty module stands in for ``triton.language.extra.cuda``, and the kernel's module is
+    taken out of ``sys.modules``."""
+    import sys
+    import types
+
+    from sglang_gemma4_dflash import attention
+
+    monkeypatch.setitem(sys.modules, "triton.language.extra.cuda", types.ModuleType("triton.language.extra.cuda"))
+    monkeypatch.delitem(sys.modules, "sglang_gemma4_dflash.attention.block_kernel", raising=False)
+    monkeypatch.delattr(attention, "block_kernel", raising=False)
+
+
+def test_a_kernel_that_cannot_be_imported_leaves_stock_sglang(sglang, pair, monkeypatch, caplog):
+    """The kernel's module failing to import: the Gemma 4 DFLASH target's real TritonAttnBackend keeps no dispatch
+    (one warning naming the cause), its verify is upstream's, exactly."""
+    import logging
+    from types import SimpleNamespace
+
+    from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    plant_import_failure(monkeypatch)
+    _, _, _, gemma4 = pair
+    case = case_named("target-global")
+    backend = verify_backend.backend_for(case, dflash_mask=False)
+    runner = SimpleNamespace(model=gemma4, spec_algorithm=SpeculativeAlgorithm.from_string("DFLASH"),
+                             is_draft_worker=False)  # fmt: skip
+    with caplog.at_level(logging.INFO, logger=backend_hooks.__name__):
+        backend_hooks.init_backend(lambda self, model_runner: None, backend, runner)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert (
+        len(warnings) == 1 and "cannot be imported (ImportError: cannot import name 'gdc_" in warnings[0].getMessage()
+    )
+    assert not hasattr(backend, backend_hooks._DISPATCH)
+    layer, batch = verify_backend.layer_for(case), verify_backend.forward_batch("TARGET_VERIFY")
+    hooked = backend_hooks.route_verify(
+        TritonAttnBackend.forward_extend, backend, case.q, case.k_ext, case.v_ext, layer, batch, save_kv_cache=False
+    )
+    plain = verify_backend.backend_for(case, dflash_mask=False)
+    upstream = plain.forward_extend(case.q, case.k_ext, case.v_ext, layer, batch, save_kv_cache=False)
+    assert torch.equal(hooked, upstream)
+
+
+def test_a_launch_that_fails_goes_to_upstream(sglang, monkeypatch, caplog):
+    """A launch that raises (a compile failure, say): that call and later ones of the layer's shape run upstream's
+    kernel, exactly, with one warning naming the error."""
+    import logging
+
+    case = case_named("target-sliding")
+    dispatch = verify_backend.dispatch_for(case)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("planted: out of shared memory")
+
+    monkeypatch.setattr(dispatch.kernel, "block_attention", fail)
+    with caplog.at_level(logging.INFO, logger=backend_hooks.__name__):
+        for _ in range(2):
+            hooked, upstream, dispatch = verify_backend.run(case, dispatch=dispatch)
+            assert torch.equal(hooked, upstream)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "RuntimeError: planted: out of shared memory" in warnings[0], warnings
+    assert dispatch.served == 0 and len(dispatch.failed) == 1

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from sglang_gemma4_dflash.attention import block_kernel
+from sglang_gemma4_dflash.attention import tuning as tilings
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
@@ -25,7 +26,7 @@ import kernel_resources  # noqa: E402
 def compiled(*variants: str) -> list[dict]:
     """kernel_resources.py's rows for these variants (none: the defaults), compiled for sm_90a in a process without
     the interpreter or a tuning file."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", block_kernel.TUNING_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", tilings.TUNING_ENV)}
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "kernel_resources.py"), "--variants", *variants],
         env=env, capture_output=True, text=True, timeout=900,
@@ -76,7 +77,7 @@ def test_lookahead_reads_the_first_wait_of_the_kv_loop():
 
 
 def sweep_row(kind, ctx, batch, ms, err, default=False, **fields):
-    return {"kind": kind, "context": ctx, "batch": batch, "ms": ms, "rel_err": err, **vars(block_kernel.Tuning(**fields)),
+    return {"kind": kind, "context": ctx, "batch": batch, "ms": ms, "rel_err": err, **vars(tilings.Tuning(**fields)),
             "default": default}  # fmt: skip
 
 
@@ -105,9 +106,9 @@ def test_pick_out_writes_a_tuning_file_the_kernel_reads(tmp_path, monkeypatch):
     assert picks[1]["step_ms"] == pytest.approx(2 * (0.5 * 4 + 1.2))
     path = tmp_path / "picked.json"
     path.write_text(json.dumps([{k: v for k, v in r.items() if k not in bench.PICK_FIGURES} for r in picks]))
-    monkeypatch.setenv(block_kernel.TUNING_ENV, str(path))
-    assert block_kernel.default_tuning(128, 5) == block_kernel.Tuning(num_stages=5)
-    assert block_kernel.default_tuning(512, 16) == block_kernel.Tuning(m_tile=64)
+    monkeypatch.setenv(tilings.TUNING_ENV, str(path))
+    assert tilings.default_tuning(128, 5) == tilings.Tuning(num_stages=5)
+    assert tilings.default_tuning(512, 16) == tilings.Tuning(m_tile=64)
 
 
 def test_sweep_around_a_default_varies_only_the_given_fields():
@@ -115,7 +116,7 @@ def test_sweep_around_a_default_varies_only_the_given_fields():
     every list's combination from the class defaults."""
     args = types.SimpleNamespace(**{f"sweep_{n}": "1" for n in bench.SWEEP_GRID})
     args.sweep_min_splits, args.sweep_programs_per_sm = "256,512", "1,2"
-    base = block_kernel.default_tuning(512, 4)
+    base = tilings.default_tuning(512, 4)
     around = bench.sweep_tunings(args, base, ["min_splits"])
     assert around == [dataclasses.replace(base, min_split=256), dataclasses.replace(base, min_split=512)]
     whole = bench.sweep_tunings(args)

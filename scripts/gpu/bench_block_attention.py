@@ -4,6 +4,7 @@ DFLASH verify runs without it) and SGLang's decode kernel (one query per request
     source scripts/gpu/setup_site.sh 0.5.17
     python3 scripts/gpu/bench_block_attention.py --out $OUT/block_attention.json [--contexts 64,2048,8192,32768]
         [--batches 1,4,16] [--timed plugin,extend,decode] [--kernel OLD_block_kernel.py] [--sweep]
+        [--kv-cache-dtype fp8_e4m3]
 
 Layer kinds (the 31B target: 50 sliding layers, 32 x 256 query heads over 16 KV heads, window 1024, which SGLang
 passes as 1023 with the last min(len, 1023) context tokens; 10 global layers, 32 x 512 over 4 KV heads; z-lab's 31B
@@ -13,6 +14,8 @@ cache to overflow L2, as consecutive layers do), the per-step total (time x laye
 KV cache takes against the measured copy bandwidth (the roofline), and each kernel's relative error against an
 fp32 torch reference (at one context per kind). ``--sweep`` also times tuning variants of the plugin's kernel.
 ``--kernel`` times another copy of block_kernel.py as the plugin's (an earlier version: before and after on one card).
+``--kv-cache-dtype fp8_e4m3`` / ``fp8_e5m2``: the cache in that fp8 type (as SGLang's flag of that name stores it,
+scales 1), queries in bf16.
 """
 
 from __future__ import annotations
@@ -31,11 +34,14 @@ import time
 import torch
 import triton
 from sglang_gemma4_dflash.attention import block_kernel
+from sglang_gemma4_dflash.attention import tuning as tilings
 from sglang_gemma4_dflash_testkit.block_attention_ref import make_case, reference
 
 BLOCK = 16
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: only under TRITON_INTERPRET=1 (a smoke run)
 L2_OVERFLOW_BYTES = 256 << 20
+KV_CACHE_DTYPES = {"bf16": None, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+KV_DTYPE = None  # --kv-cache-dtype's torch type (None: the queries' bf16)
 
 KINDS = {
     "target-sliding": dict(num_heads=32, num_kv_heads=16, head_dim=256, window=1023, causal=True, layers=50),
@@ -57,12 +63,14 @@ def context_list(kind: dict, ctx: int) -> int:
 def build(kind: dict, ctx: int, batch: int, seed: int):
     n = context_list(kind, ctx)
     shape = {k: kind[k] for k in ("num_heads", "num_kv_heads", "head_dim", "window", "causal")}
-    return make_case([n] * batch, [BLOCK] * batch, dtype=torch.bfloat16, device=DEVICE, seed=seed, **shape)
+    return make_case(
+        [n] * batch, [BLOCK] * batch, dtype=torch.bfloat16, device=DEVICE, seed=seed, kv_dtype=KV_DTYPE, **shape
+    )
 
 
 def kv_bytes(case) -> int:
     n = case.kv_indices.numel() + case.k_ext.shape[0]
-    return n * case.k_buffer.shape[1] * (case.k_buffer.shape[2] + case.v_buffer.shape[2]) * 2
+    return n * case.k_buffer.shape[1] * (case.k_buffer.shape[2] + case.v_buffer.shape[2]) * case.k_buffer.element_size()
 
 
 def ours(case, tuning=None):
@@ -70,7 +78,14 @@ def ours(case, tuning=None):
 
     def fn():
         block_kernel.block_attention(
-            *args, max_block=BLOCK, causal=case.causal, sm_scale=case.sm_scale, window=case.window, tuning=tuning
+            *args,
+            max_block=BLOCK,
+            causal=case.causal,
+            sm_scale=case.sm_scale,
+            window=case.window,
+            k_scale=case.k_scale,
+            v_scale=case.v_scale,
+            tuning=tuning,
         )
 
     return fn, args[3]
@@ -83,7 +98,15 @@ def sglang_extend(case):
 
     def fn():
         extend_attention_fwd(
-            *args, None, case.causal, None, BLOCK, 1.0, 1.0, sm_scale=case.sm_scale, sliding_window_size=case.window
+            *args,
+            None,
+            case.causal,
+            None,
+            BLOCK,
+            case.k_scale,
+            case.v_scale,
+            sm_scale=case.sm_scale,
+            sliding_window_size=case.window,
         )
 
     return fn, args[3]
@@ -202,7 +225,7 @@ def sweep_tunings(args, base=None, given=()) -> list:
     on the command line only, the other fields kept from ``base``."""
     names = [n for n in SWEEP_GRID if base is None or n in given]
     values = [[int(x) for x in getattr(args, f"sweep_{name}").split(",")] for name in names]
-    base = base or block_kernel.Tuning()
+    base = base or tilings.Tuning()
     return [
         dataclasses.replace(base, **{SWEEP_GRID[n]: v for n, v in zip(names, c)}) for c in itertools.product(*values)
     ]
@@ -213,7 +236,7 @@ def _compile_one(job: tuple) -> str | None:
     (the same specialisation the timing process will ask for)."""
     name, ctx, batch, fields = job
     try:
-        fn, _ = ours(build(KINDS[name], ctx, batch, seed=0), block_kernel.Tuning(**fields))
+        fn, _ = ours(build(KINDS[name], ctx, batch, seed=0), tilings.Tuning(**fields))
         fn()
         if DEVICE == "cuda":
             torch.cuda.synchronize()
@@ -260,7 +283,10 @@ def main() -> None:
     ap.add_argument(
         "--compile-workers", type=int, default=12, help="processes that compile a point's variants first (0: none)"
     )
+    ap.add_argument("--kv-cache-dtype", choices=sorted(KV_CACHE_DTYPES), default="bf16", help="the cache's type")
     args = ap.parse_args()
+    global KV_DTYPE
+    KV_DTYPE = KV_CACHE_DTYPES[args.kv_cache_dtype]
     if args.kernel and args.sweep:
         ap.error("--kernel times rows only: the sweep's compile workers load the plugin's own kernel")
     if args.kernel:
@@ -277,6 +303,7 @@ def main() -> None:
         "python": platform.python_version(),
         "copy_bandwidth_bytes_per_s": bandwidth,
         "block": BLOCK,
+        "kv_cache_dtype": args.kv_cache_dtype,
         "kernel_file": args.kernel,
         "kinds": KINDS,
         "rows": [],
@@ -308,7 +335,7 @@ def main() -> None:
             row = {"kind": name, "context": ctx, "batch": batch}
             row["bytes"] = kv_bytes(cases(name, ctx, batch)[0])
             row["roofline_ms"] = row["bytes"] / bandwidth * 1e3
-            row["tuning"] = vars(block_kernel.default_tuning(kind["head_dim"], batch))
+            row["tuning"] = vars(tilings.default_tuning(kind["head_dim"], batch))
             if "plugin" in timed_kernels:
                 row["plugin_ms"] = timed(ours, name, ctx, batch)
             if "extend" in timed_kernels:
@@ -333,7 +360,7 @@ def main() -> None:
         points = [tuple(int(x) for x in p.split("x")) for p in args.sweep_points.split(",")]
         given = [n for n in SWEEP_GRID if getattr(args, f"sweep_{n}") != ap.get_default(f"sweep_{n}")]
         for name, (ctx, batch) in itertools.product(args.sweep_kinds.split(","), points):
-            default = block_kernel.default_tuning(KINDS[name]["head_dim"], batch)
+            default = tilings.default_tuning(KINDS[name]["head_dim"], batch)
             tunings = sweep_tunings(args, default, given) if args.sweep_around_default else sweep_tunings(args)
             if args.compile_workers > 0:
                 log(f"sweep {name} ctx={ctx} batch={batch}: {len(tunings)} variants compiled in "
@@ -383,11 +410,11 @@ PICK_ERR_LIMIT = 4e-3  # bf16 against the fp32 reference: the defaults and SGLan
 
 
 def pick_tunings(sweep: list) -> list:
-    """A tuning file (block_kernel.tuning_file_rows) from sweep rows: per head dim and swept batch, the variant
+    """A tuning file (tuning.tuning_file_rows) from sweep rows: per head dim and swept batch, the variant
     timed at every point of that batch (all kinds of that head dim) with the least time per step (ms x layers),
     among those whose error is at most max(PICK_ERR_LIMIT, 1.25 x the default's at the point), never above 1e-2. A batch's rows
     cover the batches nearer to it than to the next swept one (geometric midpoint)."""
-    fields = [f.name for f in dataclasses.fields(block_kernel.Tuning)]
+    fields = [f.name for f in dataclasses.fields(tilings.Tuning)]
     default_err = {(r["kind"], r["context"], r["batch"]): r["rel_err"] for r in sweep if r.get("default")}
     by_group: dict = {}
     for r in sweep:

@@ -87,10 +87,12 @@ def backend_for(case: BlockCase, *, dflash_mask: bool):
     return backend
 
 
-def layer_for(case: BlockCase):
+def layer_for(case: BlockCase, scale_type=float):
+    """The case's layer; its cache scales (where not 1, or an fp8 cache) as SGLang's KV-cache quantization method
+    leaves them: ``k_scale`` a tensor, ``k_scale_float`` a ``scale_type``."""
     from sglang.srt.layers.radix_attention import AttentionType, RadixAttention
 
-    return RadixAttention(
+    layer = RadixAttention(
         case.q.shape[1],
         case.q.shape[2],
         case.sm_scale,
@@ -100,6 +102,10 @@ def layer_for(case: BlockCase):
         sliding_window_size=case.window,
         attn_type=AttentionType.DECODER if case.causal else AttentionType.ENCODER_ONLY,
     )
+    if case.k_scale != 1.0 or case.v_scale != 1.0 or case.k_buffer.element_size() == 1:
+        layer.k_scale, layer.v_scale = torch.tensor(case.k_scale), torch.tensor(case.v_scale)
+        layer.k_scale_float, layer.v_scale_float = scale_type(case.k_scale), scale_type(case.v_scale)
+    return layer
 
 
 def forward_batch(mode: str, spec_info=None):
@@ -129,24 +135,51 @@ def run(
     role: str = "target",
     dflash_mask: bool = False,
     spec_info=None,
+    scale_type=float,
+    dispatch=None,
     **forward_kwargs,
 ):
-    """(output with the plugin's routing, output of upstream alone, the dispatch) for one layer's forward_extend."""
-    from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
-    from sglang_gemma4_dflash.attention.backend_hooks import _DISPATCH, BlockDispatch, route_verify
+    """(output with the plugin's routing, output of upstream alone, the dispatch) for one layer's forward_extend.
+    ``dispatch``: one from an earlier call (its records go on), else a new one."""
+    kwargs = dict(mode=mode, dflash_mask=dflash_mask, spec_info=spec_info, scale_type=scale_type, **forward_kwargs)
+    upstream = forward(case, None, **kwargs)
+    dispatch = dispatch or dispatch_for(role)
+    return forward(case, dispatch, **kwargs), upstream, dispatch
 
-    layer, batch = layer_for(case), forward_batch(mode, spec_info)
-    k, v = case.k_ext, case.v_ext
-    plain = backend_for(case, dflash_mask=dflash_mask)
-    upstream = plain.forward_extend(case.q, k, v, layer, batch, save_kv_cache=False, **forward_kwargs)
-    routed = backend_for(case, dflash_mask=dflash_mask)
-    dispatch = BlockDispatch(routed.extend_attention_fwd, role)
-    setattr(routed, _DISPATCH, dispatch)
-    hooked = route_verify(
-        TritonAttnBackend.forward_extend, routed, case.q, k, v, layer, batch, save_kv_cache=False, **forward_kwargs
-    )
-    assert routed.extend_attention_fwd is not dispatch.call, "the routing outlived its call"
-    return hooked, upstream, dispatch
+
+def forward(
+    case: BlockCase,
+    dispatch,
+    *,
+    mode: str = "TARGET_VERIFY",
+    dflash_mask: bool = False,
+    spec_info=None,
+    scale_type=float,
+    **forward_kwargs,
+) -> torch.Tensor:
+    """One layer's forward_extend on a fresh backend: routed through ``dispatch`` (the plugin's hook), or upstream's
+    alone (None)."""
+    from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+    from sglang_gemma4_dflash.attention.backend_hooks import _DISPATCH, route_verify
+
+    layer, batch = layer_for(case, scale_type), forward_batch(mode, spec_info)
+    backend = backend_for(case, dflash_mask=dflash_mask)
+    args = (case.q, case.k_ext, case.v_ext, layer, batch)
+    if dispatch is None:
+        return backend.forward_extend(*args, save_kv_cache=False, **forward_kwargs)
+    dispatch.upstream = backend.extend_attention_fwd
+    setattr(backend, _DISPATCH, dispatch)
+    try:
+        return route_verify(TritonAttnBackend.forward_extend, backend, *args, save_kv_cache=False, **forward_kwargs)
+    finally:
+        assert backend.extend_attention_fwd is not dispatch.call, "the routing outlived its call"
+
+
+def dispatch_for(role: str = "target"):
+    """A block dispatch over upstream's extend kernel, as the plugin keeps one on a Gemma 4 DFLASH backend."""
+    from sglang_gemma4_dflash.attention.backend_hooks import BlockDispatch, load_kernel
+
+    return BlockDispatch(torch.compiler.disable(upstream_extend_kernel()), role, load_kernel())
 
 
 def main() -> None:

@@ -11,6 +11,9 @@ Both forwards run in ``TARGET_VERIFY`` mode through ``TritonAttnBackend.forward_
 
 Under CUDA graphs all of this runs once, at capture. ``SGLANG_GEMMA4_DFLASH_BLOCK_ATTENTION=0`` turns it off;
 ``SGLANG_GEMMA4_DFLASH_BLOCK_TUNING=FILE`` gives the kernel's tilings (read and checked when the backend is built).
+Never worse than stock: where the kernel's module cannot be imported (one warning), no dispatch is kept; where a
+launch raises (a compile failure, say), that call and later ones of its layer shape run upstream's kernel (one
+warning per cause).
 """
 
 from __future__ import annotations
@@ -53,14 +56,33 @@ def init_backend(original, self, *args, **kwargs):
     model_runner = inspect.signature(original).bind(self, *args, **kwargs).arguments["model_runner"]
     role = role_of(model_runner) if enabled() else None
     if role is not None:
-        from sglang_gemma4_dflash.attention import block_kernel
+        from sglang_gemma4_dflash.attention import tuning
 
-        tunings = os.environ.get(block_kernel.TUNING_ENV, "")
-        rows = block_kernel.tuning_file_rows(tunings)  # a bad file stops the start here, naming the row
-        setattr(self, _DISPATCH, BlockDispatch(self.extend_attention_fwd, role))
+        tunings = os.environ.get(tuning.TUNING_ENV, "")
+        rows = tuning.tuning_file_rows(tunings)  # a bad file stops the start here, naming the row
+        kernel = load_kernel()
+        if kernel is None:
+            return result
+        setattr(self, _DISPATCH, BlockDispatch(self.extend_attention_fwd, role, kernel))
         source = f" (tilings of {len(rows)} row(s) from {tunings})" if rows else ""
         logger.info("sglang-gemma4-dflash: block attention kernel on for the Gemma 4 DFLASH %s%s.", role, source)
     return result
+
+
+def load_kernel():
+    """The block kernel's module, or None (with one warning naming the cause) where it cannot be imported, e.g. a
+    Triton without the names it uses: SGLang's extend kernel then serves every call, as in stock SGLang."""
+    try:
+        from sglang_gemma4_dflash.attention import block_kernel
+    except Exception as e:  # an ImportError, or anything the module's Triton decorators raise
+        logger.warning(
+            "sglang-gemma4-dflash: the block attention kernel cannot be imported (%s: %s); SGLang's extend kernel "
+            "serves the DFLASH verify and draft.",
+            type(e).__name__,
+            e,
+        )
+        return None
+    return block_kernel
 
 
 def route_verify(original, self, *args, **kwargs):
@@ -83,15 +105,17 @@ def route_verify(original, self, *args, **kwargs):
 class BlockDispatch:
     """Upstream's ``extend_attention_fwd`` arguments in; the block kernel, or upstream's kernel, out."""
 
-    def __init__(self, upstream, role: str):
+    def __init__(self, upstream, role: str, kernel):
         self.upstream = upstream
         self.role = role
+        self.kernel = kernel  # the block_kernel module
         params = inspect.signature(inspect.unwrap(upstream)).parameters
         self.names = tuple(params)  # upstream's parameters in order, and their defaults: calls are bound by hand
         self.defaults = {n: p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
         self.mask_is_causal = False  # DFLASH's verify mask (0.5.11-0.5.13): the whole context, the block causally
         self.declined: set[str] = set()  # why calls went to upstream's kernel
         self.served = 0  # calls the block kernel took (at capture, under CUDA graphs)
+        self.failed: dict = {}  # layer shape -> the error its launch raised; such calls go to upstream's kernel
         self.call = torch.compiler.disable(self._call)
         self._forward_batch_at = None  # forward_batch's position among forward_extend's arguments after self
 
@@ -100,40 +124,65 @@ class BlockDispatch:
             self._forward_batch_at = tuple(inspect.signature(original).parameters).index("forward_batch") - 1
         return args[self._forward_batch_at] if len(args) > self._forward_batch_at else kwargs["forward_batch"]
 
-    def _call(self, *args, **kwargs):
-        a = dict(self.defaults)
-        a.update(zip(self.names, args))
-        a.update(kwargs)
-        reason = "more positional arguments than upstream's kernel takes" if len(args) > len(self.names) else None
-        reason = reason or decline_reason(a, self.mask_is_causal)
+    def _call(self, *positional, **keywords):
+        args = dict(self.defaults)
+        args.update(zip(self.names, positional))
+        args.update(keywords)
+        reason = "more positional arguments than upstream's kernel takes" if len(positional) > len(self.names) else None
+        reason = reason or decline_reason(args, self.mask_is_causal)
+        shape = layer_shape(args) if reason is None else None
+        if shape in self.failed:
+            reason = f"the block kernel failed here before ({self.failed[shape]})"
         if reason is not None:
             if reason not in self.declined:
                 self.declined.add(reason)
                 logger.info("sglang-gemma4-dflash: %s block runs SGLang's extend kernel: %s.", self.role, reason)
-            return self.upstream(*args, **kwargs)
-        from sglang_gemma4_dflash.attention.block_kernel import block_attention
-
+            return self.upstream(*positional, **keywords)
+        try:
+            self._run_block_kernel(args)
+        except Exception as e:  # a compile or launch failure: this layer shape goes to upstream's kernel from now on
+            self.failed[shape] = f"{type(e).__name__}: {e}"
+            logger.warning(
+                "sglang-gemma4-dflash: the %s block's attention kernel failed for %s (%s); SGLang's extend kernel "
+                "serves these layers.",
+                self.role,
+                shape,
+                self.failed[shape],
+            )
+            return self.upstream(*positional, **keywords)
         self.served += 1
-        q, o, k_buffer = a["q_extend"], a["o_extend"], a["k_buffer"]
-        sm_scale = a["sm_scale"] or q.shape[-1] ** -0.5
-        block_attention(
+        return args["o_extend"]
+
+    def _run_block_kernel(self, args: dict) -> None:
+        q, o, k_buffer = args["q_extend"], args["o_extend"], args["k_buffer"]
+        sm_scale = args["sm_scale"] or q.shape[-1] ** -0.5
+        self.kernel.block_attention(
             q,
-            a["k_extend"].view(q.shape[0], k_buffer.shape[1], -1),
-            a["v_extend"].view(q.shape[0], k_buffer.shape[1], -1),
+            args["k_extend"].view(q.shape[0], k_buffer.shape[1], -1),
+            args["v_extend"].view(q.shape[0], k_buffer.shape[1], -1),
             o,
             k_buffer,
-            a["v_buffer"],
-            a["qo_indptr"],
-            a["kv_indptr"],
-            a["kv_indices"],
-            max_block=int(a["max_len_extend"]),
-            causal=bool(a["is_causal"]),
+            args["v_buffer"],
+            args["qo_indptr"],
+            args["kv_indptr"],
+            args["kv_indices"],
+            max_block=int(args["max_len_extend"]),
+            causal=bool(args["is_causal"]),
             sm_scale=float(sm_scale),
-            window=int(a["sliding_window_size"]),
-            k_scale=float(a["k_scale"]),
-            v_scale=float(a["v_scale"]),
+            window=int(args["sliding_window_size"]),
+            k_scale=float(args["k_scale"]),
+            v_scale=float(args["v_scale"]),
         )
-        return o
+
+
+def layer_shape(args: dict) -> str:
+    """What tells a layer's launches apart for the failure record: head dims, heads and element types."""
+    q, k_buffer, v_buffer = args["q_extend"], args["k_buffer"], args["v_buffer"]
+    return (
+        f"{q.shape[1]} query heads of {q.shape[-1]} over {k_buffer.shape[1]} KV heads of "
+        f"{k_buffer.shape[-1]}/{v_buffer.shape[-1]} ({q.dtype}, cache {k_buffer.dtype}, "
+        f"window {int(args['sliding_window_size'])})"
+    )
 
 
 # Arguments of upstream's kernel the block kernel does not implement, and the value that means "not used".
@@ -159,36 +208,38 @@ KNOWN = {
 }  # fmt: skip
 
 
-def decline_reason(a: dict, mask_is_causal: bool) -> str | None:
+def decline_reason(args: dict, mask_is_causal: bool) -> str | None:
     """Why the block kernel cannot serve this call of upstream's kernel (bound arguments), or None."""
-    from sglang_gemma4_dflash.attention.block_kernel import MAX_BLOCK
+    from sglang_gemma4_dflash.attention.block_kernel import MAX_BLOCK, cache_dtype_problem
 
-    unknown = sorted(set(a) - KNOWN)
+    unknown = sorted(set(args) - KNOWN)
     if unknown:
         return f"arguments the block kernel does not know: {unknown}"
-    missing = sorted(READ - set(a))
+    missing = sorted(READ - set(args))
     if missing:
         return f"arguments the block kernel needs are missing: {missing}"
     for name, unused in UNUSED.items():
-        value = a.get(name, unused)
+        value = args.get(name, unused)
         if (value is not None) if unused is None else bool(value) != unused:
             return f"{name} is set"
-    q, k_buffer = a["q_extend"], a["k_buffer"]
-    if a["custom_mask"] is not None and not mask_is_causal:
+    q, k_buffer = args["q_extend"], args["k_buffer"]
+    if args["custom_mask"] is not None and not mask_is_causal:
         return "a custom attention mask"
-    if float(a["logit_cap"] or 0.0) > 0.0:
+    if float(args["logit_cap"] or 0.0) > 0.0:
         return "a logit cap"
-    if int(a["xai_temperature_len"] or -1) > 0:
+    if int(args["xai_temperature_len"] or -1) > 0:
         return "xai temperature scaling"
-    if not 1 <= int(a["max_len_extend"]) <= MAX_BLOCK:
-        return f"{a['max_len_extend']} block tokens (the kernel takes 1-{MAX_BLOCK})"
-    if k_buffer.dim() != 3 or a["v_buffer"].dim() != 3:
+    if not 1 <= int(args["max_len_extend"]) <= MAX_BLOCK:
+        return f"{args['max_len_extend']} block tokens (the kernel takes 1-{MAX_BLOCK})"
+    if k_buffer.dim() != 3 or args["v_buffer"].dim() != 3:
         return f"a {k_buffer.dim()}-D paged KV buffer"
-    if k_buffer.dtype != q.dtype or a["v_buffer"].dtype != q.dtype:
-        return f"KV cache in {k_buffer.dtype} with queries in {q.dtype}"
+    why = cache_dtype_problem(q.dtype, args["k_extend"].dtype, args["v_extend"].dtype, k_buffer.dtype,
+                              args["v_buffer"].dtype)  # fmt: skip
+    if why:
+        return why
     if q.shape[1] % k_buffer.shape[1]:
         return f"{q.shape[1]} query heads over {k_buffer.shape[1]} KV heads"
     for name in ("k_scale", "v_scale"):
-        if isinstance(a[name], torch.Tensor):
+        if isinstance(args[name], torch.Tensor):
             return f"{name} is a tensor"
     return None

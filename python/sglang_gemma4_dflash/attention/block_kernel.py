@@ -13,118 +13,31 @@ Inputs follow SGLang's extend convention:
 Query ``i`` of the block sees context token ``n`` iff ``L_b + i - n <= window`` (always when ``window < 0``) and
 block token ``j`` iff ``j <= i`` (when causal) and ``i - j <= window``.
 
+An fp8 cache (``float8_e4m3fn`` or ``float8_e5m2``, queries in bf16 or fp16) is read as SGLang's triton extend
+kernel reads it: the context's scores are ``dot(q in the cache's type, k) * sm_scale * k_scale`` and its values
+``dot(p in the cache's type, v) * v_scale``; the block's own keys and values (``k_ext``, ``v_ext``, never
+quantized) are dotted in q's type and not scaled.
+
 Shapes passed to the kernels depend only on the batch size and the model, never on lengths, so the launches can
 be captured in a CUDA graph.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import json
-import os
 
 import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from sglang_gemma4_dflash.attention.tuning import Tuning, default_tuning
+
 LOG2E = 1.4426950408889634
 MAX_BLOCK = 32  # the most block tokens per request the kernel takes
 CPU_SMS = 132  # an H200's count, for the split plan when no GPU is there (tests under the interpreter)
-TUNING_ENV = "SGLANG_GEMMA4_DFLASH_BLOCK_TUNING"  # a JSON file of tilings that replace default_tuning's (tuning)
-
-
-@dataclasses.dataclass(frozen=True)
-class Tuning:
-    m_tile: int = 32  # rows (block position x query head) per program
-    block_n: int = 32  # context tokens per inner step
-    min_split: int = 256  # fewest context tokens worth a split of their own
-    programs_per_sm: int = 2  # splits are added until about this many programs per SM run
-    max_splits: int = 32
-    num_warps: int = 4
-    num_stages: int = 2
-    dv_parts: int = 1  # programs sharing one row tile, each with a slice of the value dim (smaller accumulators)
-    d_chunk: int = 0  # >0: scores summed over head-dim slices this wide (smaller key tiles); 0: the whole head dim
-    pdl: int = 0  # 1: programmatic dependent launch (sm_90+): each pass starts while the kernel before it ends
-    block_split: int = 0  # 1: the block's own tokens in a split of their own where the context leaves one unused
-
-
-def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
-    """Picked from sweeps at Gemma-4-31B shapes (docs/gpu_runs.md: one H200, sections 9, 11, 12, 14 and 20 (the
-    global layers' split size and count at batch 1, ``block_split``); one H100, section 17: the global tile at
-    batch >= 8, ``pdl``), or from the file ``SGLANG_GEMMA4_DFLASH_BLOCK_TUNING``
-    names (16-bit elements only). 4-byte elements (an fp32 model) get half the key tile, row tiles of at most 64
-    and no pipelining, so the tiles still fit in shared memory."""
-    tuning = _default_tuning_16bit(head_dim, batch)
-    if elem_bytes > 2:
-        return dataclasses.replace(
-            tuning, m_tile=min(64, tuning.m_tile), block_n=max(16, tuning.block_n // 2), num_stages=1
-        )
-    for row in tuning_file_rows(os.environ.get(TUNING_ENV, "")):
-        if row["head_dim"] == head_dim and row["min_batch"] <= batch <= row["max_batch"]:
-            return row["tuning"]
-    return tuning
-
-
-_POW2_FIELDS = ("m_tile", "block_n", "dv_parts", "num_warps", "d_chunk")
-# tl.dot's smallest tile; d_chunk 0: the whole head dim; pdl and block_split are switches
-_LEAST = {"m_tile": 16, "block_n": 16, "d_chunk": 0, "pdl": 0, "block_split": 0}
-
-
-@functools.lru_cache(maxsize=4)
-def tuning_file_rows(path: str) -> tuple:
-    """The rows of a tuning file: a JSON list of ``{"head_dim", "min_batch", "max_batch", <Tuning fields>}`` (the
-    first row that covers a layer's head dim and batch size wins; a missing Tuning field keeps its class default).
-    ``bench_block_attention.py --pick-out`` writes one. Any fault raises one ValueError naming the row and field."""
-    if not path:
-        return ()
-    fix = f"fix the file or unset {TUNING_ENV}"
-    try:
-        with open(path) as f:
-            rows = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{TUNING_ENV}={path}: cannot read it as JSON ({e}); {fix}") from None
-    if not isinstance(rows, list) or not rows:
-        raise ValueError(f"{TUNING_ENV}={path}: expected a non-empty JSON list of rows; {fix}")
-    fields = {f.name for f in dataclasses.fields(Tuning)}
-    out = []
-    for i, row in enumerate(rows):
-        where = f"{TUNING_ENV}={path}: row {i}"
-        if not isinstance(row, dict) or "head_dim" not in row:
-            raise ValueError(f"{where} is not an object with a head_dim; {fix}")
-        unknown = sorted(set(row) - fields - {"head_dim", "min_batch", "max_batch"})
-        if unknown:
-            known = ", ".join(["head_dim", "min_batch", "max_batch", *sorted(fields)])
-            raise ValueError(f"{where}: unknown fields {unknown} (known: {known}); {fix}")
-        for name, value in row.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < _LEAST.get(name, 1):
-                raise ValueError(f"{where}: {name}={value!r}, must be an integer >= {_LEAST.get(name, 1)}; {fix}")
-            if name in _POW2_FIELDS and value & (value - 1):
-                raise ValueError(f"{where}: {name}={value} is not a power of two; {fix}")
-        lo, hi = row.get("min_batch", 1), row.get("max_batch", 1 << 30)
-        if lo > hi:
-            raise ValueError(f"{where}: min_batch={lo} > max_batch={hi}; {fix}")
-        tuning = Tuning(**{k: v for k, v in row.items() if k in fields})
-        out.append({"head_dim": row["head_dim"], "min_batch": lo, "max_batch": hi, "tuning": tuning})
-    return tuple(out)
-
-
-def _default_tuning_16bit(head_dim: int, batch: int) -> Tuning:
-    if head_dim >= 512:  # the target's global layers
-        if batch == 1:  # the whole query tile held once (no score slices), 8 warps; one program per SM (16 splits)
-            return Tuning(64, 32, min_split=32, programs_per_sm=1, num_warps=8, num_stages=3, pdl=1, block_split=1)
-        if batch < 8:  # row tile 64 + value halves + 64-wide score slices: wgmma, no spills; one program per SM
-            return Tuning(64, 32, num_warps=4, num_stages=5, dv_parts=2, d_chunk=64, programs_per_sm=1, pdl=1,
-                          block_split=1)  # fmt: skip
-        # all 8 heads x 16 positions of a KV head in one tile (8 warps): each key tile read once per value half
-        return Tuning(128, 32, num_warps=8, num_stages=3, dv_parts=2, d_chunk=64, programs_per_sm=1, pdl=1)
-    if head_dim >= 256:  # the target's sliding layers; 128-wide score slices
-        if batch == 1:  # few programs: smaller row tiles give more of them
-            return Tuning(m_tile=16, block_n=64, num_warps=8, num_stages=5, d_chunk=128, programs_per_sm=1, pdl=1)
-        return Tuning(32, 64, num_warps=4, num_stages=3, d_chunk=128, programs_per_sm=2, pdl=1, block_split=1)
-    # the draft (head dim 128, 8 query heads per KV head: row tile 64 gives wgmma)
-    return Tuning(m_tile=64, block_n=32 if 1 < batch < 8 else 64, num_warps=4, num_stages=3, pdl=1)
+FP8_CACHES = (torch.float8_e4m3fn, torch.float8_e5m2)  # the fp8 KV caches served (queries in bf16 or fp16)
+FP8_LEAST_TILE = 32  # an fp8 tl.dot's least reduction width: key tiles and score slices of an fp8 cache
 
 
 @triton.jit
@@ -151,6 +64,19 @@ def _split_plan(
 
 
 @triton.jit
+def _fp8_rounded(x, EXACT: tl.constexpr, EPS: tl.constexpr, TINY: tl.constexpr, FMAX: tl.constexpr):
+    """``x`` for a cast to an fp8 type (``EPS``, ``TINY``, ``FMAX``: its torch.finfo). ``EXACT`` (Triton's
+    interpreter, whose fp8 cast does not carry a rounded-up mantissa into the exponent): rounded to the type's
+    nearest value, ties to even, saturated, in fp32 first, so the cast is exact; on a GPU the cast does this itself."""
+    if EXACT:
+        x = tl.minimum(tl.maximum(x.to(tl.float32), -FMAX), FMAX)
+        power = (x.to(tl.int32, bitcast=True) & 0x7F800000).to(tl.float32, bitcast=True)  # 2**floor(log2|x|)
+        magic = tl.maximum(power, TINY) * EPS * 12582912.0  # 1.5 * 2**23 steps: fp32's sum rounds to a step
+        x = (x + magic) - magic
+    return x
+
+
+@triton.jit
 def _scores(
     q,
     q_rows,
@@ -162,9 +88,15 @@ def _scores(
     BLOCK_DC: tl.constexpr,
     M_TILE: tl.constexpr,
     N: tl.constexpr,
+    KV_FP8: tl.constexpr,
+    FP8_EXACT: tl.constexpr,
+    FP8_EPS: tl.constexpr,
+    FP8_TINY: tl.constexpr,
+    FP8_MAX: tl.constexpr,
 ):
     """q . k for a [M_TILE, N] tile; ``q_rows`` / ``k_cols`` point at each row's / key's first element. With
-    ``BLOCK_DC < BLOCK_D`` the head dim goes in slices, q's slices read again (``q`` is then unused)."""
+    ``BLOCK_DC < BLOCK_D`` the head dim goes in slices, q's slices read again (``q`` is then unused). ``KV_FP8``:
+    fp8 keys, each q slice cast to their type (a whole ``q`` comes cast)."""
     if BLOCK_DC == BLOCK_D:
         offs = tl.arange(0, BLOCK_D)
         k = tl.load(k_cols + offs[:, None], mask=k_ok[None, :] & (offs < D)[:, None], other=0.0)
@@ -174,20 +106,42 @@ def _scores(
         offs = c * BLOCK_DC + tl.arange(0, BLOCK_DC)
         qc = tl.load(q_rows + offs[None, :], mask=q_ok[:, None] & (offs < D)[None, :], other=0.0)
         kc = tl.load(k_cols + offs[:, None], mask=k_ok[None, :] & (offs < D)[:, None], other=0.0)
+        if KV_FP8:
+            qc = _fp8_rounded(qc, FP8_EXACT, FP8_EPS, FP8_TINY, FP8_MAX).to(kc.dtype)
         scores += tl.dot(qc, kc.to(qc.dtype))
     return scores
 
 
 @triton.jit
-def _online_softmax_step(qk, visible, m_i, l_i, acc, v):
-    """Fold one tile of scores (log2 domain, ``visible`` masked out) and its values into (m, l, acc)."""
+def _online_softmax_step(
+    qk,
+    visible,
+    m_i,
+    l_i,
+    acc,
+    v,
+    v_scale,
+    SCALE_V: tl.constexpr,
+    P_FP8: tl.constexpr,
+    FP8_EXACT: tl.constexpr,
+    FP8_EPS: tl.constexpr,
+    FP8_TINY: tl.constexpr,
+    FP8_MAX: tl.constexpr,
+):
+    """Fold one tile of scores (log2 domain, ``visible`` masked out) and its values into (m, l, acc): the weights
+    cast to ``v``'s type (``P_FP8``: an fp8 type), their dot with ``v`` times ``v_scale`` where ``SCALE_V``."""
     qk = tl.where(visible, qk, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp2(m_i - m_safe)
     p = tl.exp2(qk - m_safe[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    if P_FP8:
+        p = _fp8_rounded(p, FP8_EXACT, FP8_EPS, FP8_TINY, FP8_MAX)
+    pv = tl.dot(p.to(v.dtype), v)
+    if SCALE_V:
+        pv = pv * v_scale
+    acc = acc * alpha[:, None] + pv
     return m_new, l_i, acc
 
 
@@ -204,8 +158,9 @@ def _block_attn_fwd(
     qo_indptr,
     kv_indptr,
     kv_indices,
-    qk_scale,  # sm_scale * k_scale * log2(e)
-    v_scale,
+    ctx_qk_scale,  # the context's scores: sm_scale * k_scale * log2(e)
+    blk_qk_scale,  # the block's own: sm_scale * log2(e)
+    v_scale,  # the context's values (SCALE_V)
     num_splits,  # the launch's static split count (its grid's last dimension)
     stride_qt,
     stride_qh,
@@ -236,6 +191,12 @@ def _block_attn_fwd(
     DIRECT: tl.constexpr,  # one split for every request: no second pass
     PDL: tl.constexpr,  # launched early; the lengths (forward metadata, written long before) are read before waiting
     BLOCK_SPLIT: tl.constexpr,
+    KV_FP8: tl.constexpr,  # an fp8 cache: q and the weights cast to its type for the context's dots
+    SCALE_V: tl.constexpr,  # v_scale != 1
+    FP8_EXACT: tl.constexpr,  # the interpreter: fp8 casts rounded first (_fp8_rounded)
+    FP8_EPS: tl.constexpr,
+    FP8_TINY: tl.constexpr,
+    FP8_MAX: tl.constexpr,
 ):
     chunk = tl.program_id(0) // DV_PARTS
     dv_part = tl.program_id(0) % DV_PARTS
@@ -265,6 +226,8 @@ def _block_attn_fwd(
     q_rows = Q + (q_start + pos)[:, None].to(tl.int64) * stride_qt + head[:, None] * stride_qh
     if BLOCK_DC == BLOCK_D:
         q = tl.load(q_rows + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+        if KV_FP8:  # in the context's type (the block's own keys read q again: one copy held, not two)
+            q = _fp8_rounded(q, FP8_EXACT, FP8_EPS, FP8_TINY, FP8_MAX).to(K_buf.dtype.element_ty)
     else:
         q = tl.zeros([M_TILE, 16], Q.dtype.element_ty)  # unused: the slices are read where they are needed
     m_i = tl.full([M_TILE], float("-inf"), tl.float32)
@@ -279,7 +242,8 @@ def _block_attn_fwd(
         n_ok = offs_n < end
         slot = tl.load(kv_indices + kv_start + offs_n, mask=n_ok, other=0).to(tl.int64)
         k_cols = K_buf + slot[None, :] * stride_kbt + kv_head * stride_kbh
-        qk = _scores(q, q_rows, k_cols, row_ok, n_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_N) * qk_scale
+        qk = _scores(q, q_rows, k_cols, row_ok, n_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_N, KV_FP8, FP8_EXACT,
+                     FP8_EPS, FP8_TINY, FP8_MAX) * ctx_qk_scale  # fmt: skip
         visible = row_ok[:, None] & n_ok[None, :]
         if WINDOW >= 0:
             visible &= (ctx_len + pos)[:, None] - offs_n[None, :] <= WINDOW
@@ -288,14 +252,22 @@ def _block_attn_fwd(
             mask=n_ok[:, None] & dv_ok[None, :],
             other=0.0,
         )
-        m_i, l_i, acc = _online_softmax_step(qk, visible, m_i, l_i, acc, v.to(Q.dtype.element_ty))
+        if not KV_FP8:
+            v = v.to(Q.dtype.element_ty)
+        m_i, l_i, acc = _online_softmax_step(
+            qk, visible, m_i, l_i, acc, v, v_scale, SCALE_V, KV_FP8, FP8_EXACT, FP8_EPS, FP8_TINY, FP8_MAX
+        )
 
     # The block's own tokens, in the last split.
     if split == used - 1:
         offs_j = tl.arange(0, BLOCK_Q)
         j_ok = offs_j < n_q
+        q_blk = q
+        if KV_FP8 and BLOCK_DC == BLOCK_D:
+            q_blk = tl.load(q_rows + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
         k_cols = K_ext + (q_start + offs_j)[None, :].to(tl.int64) * stride_kt + kv_head * stride_kh
-        qk = _scores(q, q_rows, k_cols, row_ok, j_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_Q) * qk_scale
+        qk = _scores(q_blk, q_rows, k_cols, row_ok, j_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_Q, False, False, 0.0, 0.0,
+                     0.0) * blk_qk_scale  # fmt: skip
         visible = row_ok[:, None] & j_ok[None, :]
         if CAUSAL:
             visible &= offs_j[None, :] <= pos[:, None]
@@ -306,10 +278,12 @@ def _block_attn_fwd(
             mask=j_ok[:, None] & dv_ok[None, :],
             other=0.0,
         )
-        m_i, l_i, acc = _online_softmax_step(qk, visible, m_i, l_i, acc, v.to(Q.dtype.element_ty))
+        m_i, l_i, acc = _online_softmax_step(
+            qk, visible, m_i, l_i, acc, v.to(Q.dtype.element_ty), 1.0, False, False, False, 0.0, 0.0, 0.0
+        )
 
     if DIRECT or used == 1:  # the whole context in this program: the normalised output, no merge
-        out = acc * (v_scale / tl.where(l_i == 0.0, 1.0, l_i))[:, None]
+        out = acc * (1.0 / tl.where(l_i == 0.0, 1.0, l_i))[:, None]
         tl.store(
             O + (q_start + pos)[:, None].to(tl.int64) * stride_ot + head[:, None] * stride_oh + offs_dv[None, :],
             out.to(O.dtype.element_ty),
@@ -332,7 +306,6 @@ def _block_attn_reduce(
     Mid_LSE,
     qo_indptr,
     kv_indptr,
-    v_scale,
     num_splits,
     stride_ot,
     stride_oh,
@@ -376,7 +349,7 @@ def _block_attn_reduce(
         acc = acc * scale_old + weight * part
         total = total * scale_old + weight
         m = m_new
-    out = acc * (v_scale / tl.where(total == 0.0, 1.0, total))
+    out = acc * (1.0 / tl.where(total == 0.0, 1.0, total))
     tl.store(
         O + (q_start + pos).to(tl.int64) * stride_ot + q_head * stride_oh + offs_dv,
         out.to(O.dtype.element_ty),
@@ -416,6 +389,20 @@ def wave_filling_splits(per_split: int, slots: int, max_splits: int) -> int:
     return splits_for_waves[min(w for w, c in cost.items() if c <= 1.05 * least)]
 
 
+def cache_dtype_problem(q, k_ext, v_ext, k_buffer, v_buffer) -> str | None:
+    """Why the kernel cannot take these element types (torch dtypes), or None: the block's keys and values in q's
+    type; the cache in q's type too, or in one of ``FP8_CACHES`` for both keys and values with q in bf16 or fp16."""
+    if q not in (torch.bfloat16, torch.float16, torch.float32):
+        return f"queries in {q}"
+    if k_ext != q or v_ext != q:
+        return f"the block's keys and values in {k_ext} / {v_ext} with queries in {q}"
+    if k_buffer == v_buffer == q:
+        return None
+    if k_buffer == v_buffer and k_buffer in FP8_CACHES and q in (torch.bfloat16, torch.float16):
+        return None
+    return f"KV cache in {k_buffer} / {v_buffer} with queries in {q}"
+
+
 def fwd_constants(
     num_heads: int,
     num_kv_heads: int,
@@ -425,28 +412,39 @@ def fwd_constants(
     tuning: Tuning,
     window: int,
     causal: bool,
+    kv_fp8: bool = False,
+    scale_v: bool = False,
 ) -> dict:
-    """The first pass's compile-time constants for a layer's shapes and a tuning (all but ``DIRECT``)."""
+    """The first pass's compile-time constants for a layer's shapes and a tuning (all but ``DIRECT``). ``kv_fp8``:
+    an fp8 cache (key tiles and score slices at least ``FP8_LEAST_TILE`` wide); ``scale_v``: ``v_scale != 1``."""
     group = num_heads // num_kv_heads
     block_d, block_dv = triton.next_power_of_2(head_dim), triton.next_power_of_2(v_dim)
     dv_parts = min(triton.next_power_of_2(max(1, tuning.dv_parts)), max(1, block_dv // 16))
+    least = FP8_LEAST_TILE if kv_fp8 else 16
+    d_chunk = max(least, triton.next_power_of_2(tuning.d_chunk)) if 0 < tuning.d_chunk else block_d
     return dict(
         NUM_KV_HEADS=num_kv_heads,
         G=group,
         D=head_dim,
         DV=v_dim,
         BLOCK_D=block_d,
-        BLOCK_DC=block_d if not 0 < tuning.d_chunk < block_d else max(16, triton.next_power_of_2(tuning.d_chunk)),
+        BLOCK_DC=min(block_d, d_chunk),
         BLOCK_DV=block_dv // dv_parts,
         DV_PARTS=dv_parts,
         BLOCK_Q=max(16, triton.next_power_of_2(max_block)),
         M_TILE=max(16, min(tuning.m_tile, triton.next_power_of_2(group * max_block))),
-        BLOCK_N=tuning.block_n,
+        BLOCK_N=max(least, tuning.block_n),
         MIN_SPLIT=tuning.min_split,
         WINDOW=int(window),
         CAUSAL=bool(causal),
         PDL=bool(tuning.pdl),
         BLOCK_SPLIT=bool(tuning.block_split),
+        KV_FP8=bool(kv_fp8),
+        SCALE_V=bool(scale_v),
+        FP8_EXACT=False,
+        FP8_EPS=0.0,
+        FP8_TINY=0.0,
+        FP8_MAX=0.0,
     )
 
 
@@ -473,7 +471,8 @@ def block_attention(
     """Write into ``o`` the attention of each request's block (at most ``max_block`` tokens) over its context.
 
     ``window``: the layer's sliding window as SGLang gives it (a query sees keys at most ``window`` positions
-    back), or -1. ``splits`` overrides the static split count (tests)."""
+    back), or -1. ``k_scale`` / ``v_scale``: the cache's (context's) dequantisation scales, as SGLang's extend
+    kernel takes them. ``splits`` overrides the static split count (tests)."""
     batch = qo_indptr.numel() - 1
     num_heads, head_dim = q.shape[1], q.shape[2]
     num_kv_heads, v_dim = k_buffer.shape[1], v_buffer.shape[2]
@@ -481,9 +480,18 @@ def block_attention(
         raise ValueError(f"block_attention: max_block={max_block}, must be in [1, {MAX_BLOCK}]")
     if num_heads % num_kv_heads:
         raise ValueError(f"block_attention: {num_heads} query heads do not group over {num_kv_heads} KV heads")
+    why = cache_dtype_problem(q.dtype, k_ext.dtype, v_ext.dtype, k_buffer.dtype, v_buffer.dtype)
+    if why:
+        raise ValueError(f"block_attention: {why}")
+    kv_fp8 = k_buffer.dtype in FP8_CACHES
     tuning = tuning or default_tuning(head_dim, batch, q.element_size())
-    c = fwd_constants(num_heads, num_kv_heads, head_dim, v_dim, max_block, tuning, window, causal)
+    c = fwd_constants(
+        num_heads, num_kv_heads, head_dim, v_dim, max_block, tuning, window, causal, kv_fp8, float(v_scale) != 1.0
+    )
     c["PDL"] = pdl = c["PDL"] and pdl_supported(q.device)
+    if kv_fp8 and q.device.type != "cuda":  # Triton's interpreter: fp8 casts rounded first (_fp8_rounded)
+        info = torch.finfo(k_buffer.dtype)
+        c.update(FP8_EXACT=True, FP8_EPS=info.eps, FP8_TINY=info.tiny, FP8_MAX=info.max)
     group, dv_parts, block_dv = c["G"], c["DV_PARTS"], c["BLOCK_DV"] * c["DV_PARTS"]
     row_chunks = triton.cdiv(group * max_block, c["M_TILE"])
     n_splits = splits or num_splits(batch, num_kv_heads, row_chunks * dv_parts, tuning, q.device)
@@ -507,6 +515,7 @@ def block_attention(
         kv_indptr,
         kv_indices,
         float(sm_scale) * float(k_scale) * LOG2E,
+        float(sm_scale) * LOG2E,
         float(v_scale),
         n_splits,
         q.stride(0),
@@ -534,7 +543,6 @@ def block_attention(
             mid_lse,
             qo_indptr,
             kv_indptr,
-            float(v_scale),
             n_splits,
             o.stride(0),
             o.stride(1),
