@@ -2,8 +2,8 @@
 
 Under DFLASH a sampled (temperature > 0) request verifies through sgl_kernel's top-k / top-p renorm, which calls
 ``flashinfer.sampling`` whatever ``--sampling-backend`` says. flashinfer compiles that module with nvcc on first use
-(86-112 s on an H200: benchmarks/first_sampled_request/README.md) and caches it under ``~/.cache/flashinfer``. ``start()`` runs that
-compile in a thread while the worker loads the draft and captures its CUDA graphs; ``finish()`` waits for it
+(86-112 s on an H200: benchmarks/first_sampled_request/README.md) and caches it under ``~/.cache/flashinfer``.
+``start()`` runs that compile in a thread while the worker loads the draft and captures its CUDA graphs; ``finish()`` waits for it
 before the server reports ready. Only nvcc runs in the thread: nothing is loaded or launched on the GPU there.
 The ranks of one machine share the cache and flashinfer's file lock, so one compiles and the others find it.
 
