@@ -268,3 +268,31 @@ def test_sigterm_stops_the_servers_a_script_started(launcher, tmp_path):
     assert not e2e.group_alive(pgid), "the server's group outlived the SIGTERMed script"
     with pytest.raises(ProcessLookupError):
         os.kill(child, 0)
+
+
+PARSE_SERVER_ARGS = """
+import argparse, json, sys
+from sglang.srt.server_args import ServerArgs
+from sglang_gemma4_dflash_testkit import e2e
+parser = argparse.ArgumentParser()
+ServerArgs.add_cli_args(parser)
+for piecewise in (True, False):
+    args = ["--model-path", "m"] + e2e.gpu_server_args(8, piecewise=piecewise) + e2e.dflash_args("d", 8, "triton")
+    ns = vars(parser.parse_args(args))
+    print(json.dumps({k: ns.get(k) for k in ("cuda_graph_max_bs", "cuda_graph_max_bs_decode", "max_running_requests")}))
+"""
+
+
+def test_gpu_server_args_parse_on_the_installed_line_and_on_0513(sglang_0513):
+    """The GPU scripts' flags are the line's own: 0.5.23 rejects 0.5.17's `--cuda-graph-max-bs` as ambiguous (the
+    first 0.5.23 GPU probe stopped there) and has no `--disable-piecewise-cuda-graph`."""
+    python_0513, env_0513 = sglang_0513
+    for python, env in ((sys.executable, {}), (python_0513, env_0513)):
+        run = subprocess.run(
+            [python, "-c", PARSE_SERVER_ARGS], capture_output=True, text=True, timeout=300, env={**os.environ, **env}
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        for line in run.stdout.splitlines()[-2:]:
+            parsed = json.loads(line)
+            assert parsed["max_running_requests"] == 8
+            assert 8 in (parsed["cuda_graph_max_bs"], parsed["cuda_graph_max_bs_decode"]), parsed

@@ -18,6 +18,8 @@ their old names. Only the standard library is used besides, so the harness works
 
 from __future__ import annotations
 
+import functools
+
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -277,11 +279,29 @@ def gpu_server_args(
 ) -> list[str]:
     """The flags every GPU server of the project's checks starts with: triton attention (Gemma 4's 512-wide global
     heads), bf16, a small KV pool, CUDA graphs up to `max_running_requests`."""
+    max_bs, no_piecewise = cuda_graph_flags()
     args = ["--attention-backend", "triton", "--dtype", "bfloat16", "--mem-fraction-static", str(mem_fraction)]
-    args += ["--max-running-requests", str(max_running_requests), "--cuda-graph-max-bs", str(max_running_requests)]
+    args += ["--max-running-requests", str(max_running_requests), max_bs, str(max_running_requests)]
     if sampling_backend:
         args += ["--sampling-backend", sampling_backend]
-    return args if piecewise else args + ["--disable-piecewise-cuda-graph"]
+    return args if piecewise else args + [no_piecewise]
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_graph_flags() -> tuple[str, str]:
+    """The installed SGLang's names for "decode CUDA graphs up to this batch" and "no piecewise (prefill) CUDA graphs":
+    ``--cuda-graph-max-bs`` / ``--disable-piecewise-cuda-graph`` up to 0.5.17; 0.5.23 has only
+    ``--cuda-graph-max-bs-decode`` / ``--disable-prefill-cuda-graph`` (and rejects the old prefix as ambiguous)."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    known = {flag for action in parser._actions for flag in action.option_strings}
+    max_bs = "--cuda-graph-max-bs" if "--cuda-graph-max-bs" in known else "--cuda-graph-max-bs-decode"
+    no_piecewise = next(f for f in ("--disable-piecewise-cuda-graph", "--disable-prefill-cuda-graph") if f in known)
+    return max_bs, no_piecewise
 
 
 def cpu_server_args(max_running_requests: int, max_total_tokens: int = 4096) -> list[str]:
