@@ -3,6 +3,7 @@ shared memory, registers, spill stack, wgmma or mma.sync, how many blocks fit on
 copies run ahead of its arithmetic.
 
     python scripts/kernel_resources.py --out benchmarks/sm90_block_kernel_resources.json            # the defaults
+    python scripts/kernel_resources.py --dtype fp8      # an fp8 cache's defaults (bf16 q, e4m3 cache)
     python scripts/kernel_resources.py --variants target-global:32,64,8,3,1,64     # m,n,warps,stages,dv_parts,d_chunk
 
 The kernel is compiled as Triton's JIT specialises it at run time: every pointer 16-byte aligned and every stride a
@@ -39,7 +40,7 @@ GRIDS = {  # --grid: the tunings compiled per kind (m_tile, block_n, num_warps, 
 KINDS = {  # num_heads, num_kv_heads, head_dim, window, causal; the batch classes default_tuning tells apart
     "target-sliding": (32, 16, 256, 1023, True, (1, 4)),
     "target-global": (32, 4, 512, -1, True, (1, 4, 16)),
-    "draft": (64, 8, 128, 2047, False, (1, 16)),
+    "draft": (64, 8, 128, 2047, False, (1, 4, 16)),
 }
 
 
@@ -201,11 +202,9 @@ def main() -> None:
             tuning = tiling.Tuning(m_tile=m, block_n=n, num_warps=w, num_stages=s, dv_parts=p, d_chunk=c)
             jobs.append((kind, "grid", tuning))
     if not (args.variants or args.grid) or args.with_defaults:
+        elem_bytes, kv_fp8 = 4 if args.dtype == "fp32" else 2, args.dtype == "fp8"
         for kind, (*_, d, _w, _c, batches) in KINDS.items():
-            jobs += [
-                (kind, f"default at batch {b}", tiling.default_tuning(d, b, 4 if args.dtype == "fp32" else 2))
-                for b in batches
-            ]
+            jobs += [(kind, f"default at batch {b}", tiling.default_tuning(d, b, elem_bytes, kv_fp8)) for b in batches]
     for v in args.variants:
         kind, _, fields = v.rpartition(":")
         kind = kind or args.kind

@@ -148,6 +148,20 @@ def test_default_tunings_match_reference(name, dtype):
     assert err < limit, f"{name} {dtype} {tuning}: relative error {err:.2e}"
 
 
+@pytest.mark.parametrize("name", list(DEFAULT_TUNING_CASES))
+def test_fp8_default_tunings_match_reference(name):
+    """Every tiling `default_tuning` hands out for an fp8 cache (e4m3, scales != 1) at its head dim gives the
+    reference output (queries in fp16 under the interpreter, bf16 on a GPU)."""
+    head_dim, batch, kwargs = DEFAULT_TUNING_CASES[name]
+    case = make_case([90, 0, 41], [16, 16, 9], head_dim=head_dim, dtype=FP8_QUERIES, device=DEVICE,
+                     seed=head_dim + batch, kv_dtype=torch.float8_e4m3fn, k_scale=1.5, v_scale=1.5, amplitude=1.5,
+                     **kwargs)  # fmt: skip
+    tuning = tilings.default_tuning(head_dim, batch, case.q.element_size(), kv_fp8=True)
+    assert tuning == tilings._default_tuning_fp8(head_dim, batch)
+    err = rel_err(run_kernel(case, splits=2, tuning=tuning), reference(case))
+    assert err < FP8_LIMIT[torch.float8_e4m3fn], f"{name} fp8 {tuning}: relative error {err:.2e}"
+
+
 def test_the_defaults_are_the_timed_tuning_file():
     """The 16-bit defaults are the tuning file timed on the H200 (benchmarks/block_attention/README.md), field for
     field."""
@@ -280,6 +294,7 @@ def test_tuning_file_replaces_the_default_tiling(tmp_path, monkeypatch):
     assert tilings.default_tuning(64, 1) == tilings.Tuning(m_tile=32, block_n=32)
     assert tilings.default_tuning(64, 9) == tilings.Tuning(m_tile=32, block_n=32)
     assert tilings.default_tuning(512, 4) == tilings._default_tuning_16bit(512, 4)
+    assert tilings.default_tuning(64, 2, kv_fp8=True) == first  # the file serves fp8 caches too
     assert tilings.default_tuning(64, 4, elem_bytes=4) != first
     case = make_case([40, 5, 0], [16, 16, 3], num_heads=4, num_kv_heads=2, head_dim=64, device=DEVICE, seed=9)
     assert rel_err(run_kernel(case), reference(case)) < (1e-5 if DEVICE == "cpu" else 5e-3)
@@ -371,6 +386,20 @@ def test_fp8_cache_matches_reference(name):
     case, tuning, splits = fp8_case(name)
     err = rel_err(run_kernel(case, splits=splits, tuning=tuning), reference(case))
     assert err < FP8_LIMIT[case.k_buffer.dtype], f"{name}: relative error {err:.2e}"
+
+
+def test_an_fp8_cache_gets_the_fp8_defaults(monkeypatch):
+    """Without a tuning, the kernel asks `default_tuning` for an fp8 cache's tiling (not the 16-bit one)."""
+    picked = []
+
+    def spy(*args, **kwargs):
+        picked.append(tilings.default_tuning(*args, **kwargs))
+        return picked[-1]
+
+    monkeypatch.setattr(block_kernel, "default_tuning", spy)
+    case, _, _ = fp8_case("global-512-e4m3-k=v")
+    err = rel_err(run_kernel(case), reference(case))
+    assert picked == [tilings._default_tuning_fp8(512, 3)] and err < FP8_LIMIT[torch.float8_e4m3fn], (picked, err)
 
 
 @pytest.fixture

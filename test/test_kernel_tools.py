@@ -23,12 +23,12 @@ import bench_block_attention as bench  # noqa: E402
 import kernel_resources  # noqa: E402
 
 
-def compiled(*variants: str) -> list[dict]:
+def compiled(*variants: str, dtype: str = "bf16") -> list[dict]:
     """kernel_resources.py's rows for these variants (none: the defaults), compiled for sm_90a in a process without
     the interpreter or a tuning file."""
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", tilings.TUNING_ENV)}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "kernel_resources.py"), "--variants", *variants],
+        [sys.executable, str(ROOT / "scripts" / "kernel_resources.py"), "--dtype", dtype, "--variants", *variants],
         env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -52,9 +52,30 @@ def test_each_default_plans_its_splits_for_no_more_programs_than_an_sm_holds():
     memory or registers fit fewer runs its splits in more waves than planned (the global layers at batch 1 did until
     docs/gpu_runs.md section 20: 2 planned, 1 fitting, 20% slower at 8192 tokens)."""
     rows = compiled()
-    assert len(rows) == 7 and all(r["what"].startswith("default") for r in rows)
+    assert len(rows) == 8 and all(r["what"].startswith("default") for r in rows)
     for row in rows:
         assert 1 <= row["programs_per_sm"] <= row["blocks_per_sm"], row
+
+
+FP8_STACK_BOUND = 32  # bytes of spill stack an fp8 default may take (the 16-bit global tiling at batch 1: ~12 KB)
+
+
+def test_each_fp8_default_compiles_without_spills():
+    """An fp8 cache's defaults (every layer kind and batch class), compiled for sm_90a (bf16 q, e4m3 cache): no
+    spill stack above ``FP8_STACK_BOUND``, MMA instructions, a pipelined KV loop, and no more programs planned per
+    SM than fit."""
+    rows = compiled(dtype="fp8")
+    assert len(rows) == 8 and all(r["what"].startswith("default") and r["dtype"] == "fp8" for r in rows)
+    bad = [
+        row
+        for row in rows
+        if row["stack_bytes"] > FP8_STACK_BOUND
+        or row["mma"] == "none"
+        or row["lookahead"] is None
+        or not 1 <= row["programs_per_sm"] <= row["blocks_per_sm"]
+    ]
+    assert not bad, "; ".join(f"{r['kind']} {r['what']}: stack {r['stack_bytes']}, {r['mma']}, lookahead "
+                              f"{r['lookahead']}, {r['blocks_per_sm']} blocks per SM" for r in bad)  # fmt: skip
 
 
 def test_lookahead_reads_the_first_wait_of_the_kv_loop():

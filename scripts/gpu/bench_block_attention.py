@@ -233,8 +233,9 @@ def sweep_tunings(args, base=None, given=()) -> list:
 
 def _compile_one(job: tuple) -> str | None:
     """In a worker process: run one variant once on the point's shapes, so Triton compiles it into its on-disk cache
-    (the same specialisation the timing process will ask for)."""
-    name, ctx, batch, fields = job
+    (the same specialisation, cache type included, the timing process will ask for)."""
+    global KV_DTYPE
+    name, ctx, batch, fields, KV_DTYPE = job
     try:
         fn, _ = ours(build(KINDS[name], ctx, batch, seed=0), tilings.Tuning(**fields))
         fn()
@@ -249,7 +250,7 @@ def precompile(name: str, ctx: int, batch: int, tunings: list, workers: int) -> 
     """Compile every variant of one sweep point in `workers` processes at once; seconds taken."""
     started = time.time()
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        pool.map(_compile_one, [(name, ctx, batch, vars(t)) for t in tunings], chunksize=1)
+        pool.map(_compile_one, [(name, ctx, batch, vars(t), KV_DTYPE) for t in tunings], chunksize=1)
     return time.time() - started
 
 
@@ -335,7 +336,7 @@ def main() -> None:
             row = {"kind": name, "context": ctx, "batch": batch}
             row["bytes"] = kv_bytes(cases(name, ctx, batch)[0])
             row["roofline_ms"] = row["bytes"] / bandwidth * 1e3
-            row["tuning"] = vars(tilings.default_tuning(kind["head_dim"], batch))
+            row["tuning"] = vars(tilings.default_tuning(kind["head_dim"], batch, kv_fp8=KV_DTYPE is not None))
             if "plugin" in timed_kernels:
                 row["plugin_ms"] = timed(ours, name, ctx, batch)
             if "extend" in timed_kernels:
@@ -360,7 +361,7 @@ def main() -> None:
         points = [tuple(int(x) for x in p.split("x")) for p in args.sweep_points.split(",")]
         given = [n for n in SWEEP_GRID if getattr(args, f"sweep_{n}") != ap.get_default(f"sweep_{n}")]
         for name, (ctx, batch) in itertools.product(args.sweep_kinds.split(","), points):
-            default = tilings.default_tuning(KINDS[name]["head_dim"], batch)
+            default = tilings.default_tuning(KINDS[name]["head_dim"], batch, kv_fp8=KV_DTYPE is not None)
             tunings = sweep_tunings(args, default, given) if args.sweep_around_default else sweep_tunings(args)
             if args.compile_workers > 0:
                 log(f"sweep {name} ctx={ctx} batch={batch}: {len(tunings)} variants compiled in "

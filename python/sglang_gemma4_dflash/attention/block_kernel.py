@@ -484,7 +484,7 @@ def block_attention(
     if why:
         raise ValueError(f"block_attention: {why}")
     kv_fp8 = k_buffer.dtype in FP8_CACHES
-    tuning = tuning or default_tuning(head_dim, batch, q.element_size())
+    tuning = tuning or default_tuning(head_dim, batch, q.element_size(), kv_fp8)
     c = fwd_constants(
         num_heads, num_kv_heads, head_dim, v_dim, max_block, tuning, window, causal, kv_fp8, float(v_scale) != 1.0
     )

@@ -26,12 +26,13 @@ class Tuning:
     block_split: int = 0  # 1: the block's own tokens in a split of their own where the context leaves one unused
 
 
-def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2) -> Tuning:
+def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2, kv_fp8: bool = False) -> Tuning:
     """The tiling of a layer's launches: ``SGLANG_GEMMA4_DFLASH_BLOCK_TUNING``'s first row that covers the head dim
-    and batch (16-bit elements only), else the defaults picked from sweeps at Gemma-4-31B shapes (the sweeps and
-    their figures: ``benchmarks/block_attention/README.md``). 4-byte elements (an fp32 model) get half the key tile,
-    row tiles of at most 64 and no pipelining, so the tiles still fit in shared memory."""
-    tuning = _default_tuning_16bit(head_dim, batch)
+    and batch (16-bit queries only, whatever the cache), else the defaults picked from sweeps at Gemma-4-31B shapes
+    (the sweeps and their figures: ``benchmarks/block_attention/README.md``); ``kv_fp8`` (an fp8 cache):
+    ``_default_tuning_fp8``'s. 4-byte elements (an fp32 model) get half the key tile, row tiles of at most 64 and no
+    pipelining, so the tiles still fit in shared memory."""
+    tuning = _default_tuning_fp8(head_dim, batch) if kv_fp8 else _default_tuning_16bit(head_dim, batch)
     if elem_bytes > 2:
         return dataclasses.replace(
             tuning, m_tile=min(64, tuning.m_tile), block_n=max(16, tuning.block_n // 2), num_stages=1
@@ -100,3 +101,20 @@ def _default_tuning_16bit(head_dim: int, batch: int) -> Tuning:
         return Tuning(32, 64, num_warps=4, num_stages=3, d_chunk=128, programs_per_sm=2, pdl=1, block_split=1)
     # the draft (head dim 128, 8 query heads per KV head: row tile 64 gives wgmma)
     return Tuning(m_tile=64, block_n=32 if 1 < batch < 8 else 64, num_warps=4, num_stages=3, pdl=1)
+
+
+def _default_tuning_fp8(head_dim: int, batch: int) -> Tuning:
+    """An fp8 cache's tilings where the 16-bit ones spill under fp8 (the values' dot in fp8 takes more registers):
+    chosen from sm_90a compile resources (``scripts/kernel_resources.py --dtype fp8``: no spill, MMA kept, the KV loop
+    pipelined, the planned programs per SM fitting), NOT timed on a GPU (``benchmarks/block_attention/README.md``)."""
+    if head_dim >= 512:  # value halves (quarters at row tile 128) and 128-wide score slices: no spill, lookahead 1
+        if batch == 1:
+            return Tuning(64, 32, min_split=32, programs_per_sm=1, num_warps=8, num_stages=5, dv_parts=2, d_chunk=128,
+                          pdl=1, block_split=1)  # fmt: skip
+        if batch < 8:
+            return Tuning(64, 32, num_warps=8, num_stages=5, dv_parts=2, d_chunk=128, programs_per_sm=1, pdl=1,
+                          block_split=1)  # fmt: skip
+        return Tuning(128, 32, num_warps=8, num_stages=5, dv_parts=4, d_chunk=128, programs_per_sm=1, pdl=1)
+    if head_dim >= 256 and batch > 1:  # key tile 32: the 16-bit tiling's 64 spills
+        return Tuning(32, 32, num_warps=4, num_stages=3, d_chunk=128, programs_per_sm=2, pdl=1, block_split=1)
+    return _default_tuning_16bit(head_dim, batch)  # sliding at batch 1, the draft: no spill under fp8 either
