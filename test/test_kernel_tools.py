@@ -1,6 +1,6 @@
 """The kernel's tools: scripts/kernel_resources.py compiles the kernel for sm_90a as Triton's JIT specialises it on
 the GPU (its KV loop pipelined), and bench_block_attention.py's --pick-out turns sweep rows into a tuning file the
-kernel reads. Timings themselves are the GPU's (docs/gpu_runs.md)."""
+kernel reads. Timings themselves are the GPU's (benchmarks/block_attention/README.md)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_kernel_compiles_for_sm90_as_the_gpu_runs_it():
 def test_each_default_plans_its_splits_for_no_more_programs_than_an_sm_holds():
     """The static split count assumes ``programs_per_sm`` programs run on each SM at once; a tiling whose shared
     memory or registers fit fewer runs its splits in more waves than planned (the global layers at batch 1 did until
-    docs/gpu_runs.md section 20: 2 planned, 1 fitting, 20% slower at 8192 tokens)."""
+    benchmarks/block_attention/README.md: 2 planned, 1 fitting, 20% slower at 8192 tokens)."""
     rows = compiled()
     assert len(rows) == 8 and all(r["what"].startswith("default") for r in rows)
     for row in rows:
