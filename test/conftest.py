@@ -6,6 +6,10 @@ model take the ``sglang_tp1`` fixture. SGLang failing to import is an error here
 
 Without CUDA, Triton kernels run under Triton's interpreter: ``TRITON_INTERPRET=1`` must be set before Triton is
 first imported (``@triton.jit`` reads it, Triton's own library functions included), so it is set here, first.
+
+``.ci/run`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``): each worker is a process of
+its own with this file's session fixtures. ``pytest_collection_modifyitems`` keeps a file's tests that share a
+module-scoped fixture on one worker, so each such fixture is still built once.
 """
 
 import os
@@ -39,6 +43,36 @@ def pair(request, sglang_tp1):
     hf_model, sgl_model = sglang_tp1.build_pair(config)
     assert type(sgl_model).__name__ == request.param
     return sglang_tp1, config, hf_model, sgl_model
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "xdist_group(name): tests pytest-xdist runs on one worker (--dist loadgroup)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items):
+    """Under ``--dist loadgroup``: the tests of a file that use a module-scoped fixture (a pair of SGLang models,
+    CPU servers, the multi-process runs of ``ranks``) form one group, so one worker builds that fixture once.
+    Other tests (each with its own fresh interpreters or processes) spread over the workers one by one. A test
+    that names its own ``xdist_group`` keeps it. Without xdist the marker does nothing."""
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        fixtures = getattr(item, "_fixtureinfo", None)
+        defs = fixtures.name2fixturedefs.values() if fixtures else ()
+        if any(d and d[-1].scope == "module" for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def pytest_sessionfinish(session):
+    """On an xdist worker: hand this worker's measured differences to the controller, which prints them."""
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["sglang_measured"] = list(_sglang_cpu.MEASURED)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: the controller collects each worker's measurements
+def pytest_testnodedown(node, error):
+    _sglang_cpu.MEASURED.extend(tuple(m) for m in getattr(node, "workeroutput", {}).get("sglang_measured", []))
 
 
 def pytest_terminal_summary(terminalreporter):
