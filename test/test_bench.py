@@ -21,8 +21,6 @@ cpu_server = pytest.mark.skipif(
     reason="SGLang 0.5.13 and 0.5.16 accept only GPU attention backends for Gemma 4",
 )
 
-pytestmark = pytest.mark.xdist_group("cpu_servers")  # one xdist worker runs the CPU servers, one after another
-
 JSONL = str(Path(__file__).parent / "data" / "bench_prompts.jsonl")
 SERVER_ARGS = e2e.cpu_server_args(4, max_total_tokens=2048)
 ERROR_PREFIX = "sglang-gemma4-dflash bench: error: "

@@ -75,7 +75,6 @@ def test_softcapping_is_applied(pair):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("cpu_servers")  # one xdist worker runs the CPU servers, one after another
 @pytest.mark.skipif(
     sglang_cpu.sglang_version() < (0, 5, 23),
     reason="SGLang 0.5.13 and 0.5.16 accept only GPU attention backends for Gemma 4 (trtllm_mha, triton, intel_xpu)",

@@ -26,8 +26,6 @@ from sglang_gemma4_dflash.compat import SGLangFeatures, TargetClass, WorkerClass
 from sglang_gemma4_dflash.gemma4 import capture
 
 CACHE = Path(__file__).resolve().parents[1] / ".cache" / "sglang-wheels"
-# One xdist worker runs this file: it downloads each wheel once (into CACHE) and parses it once (wheel_sources).
-pytestmark = pytest.mark.xdist_group("sglang_wheels")
 VERSIONS = [row.version for row in lines.LINES]
 # Where SGLang's extend kernel lives (the function the block-attention dispatch stands in for): 0.5.14+, then before.
 EXTEND_MODULES = (
