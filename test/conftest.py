@@ -6,6 +6,9 @@ model take the ``sglang_tp1`` fixture. SGLang failing to import is an error here
 
 Without CUDA, Triton kernels run under Triton's interpreter: ``TRITON_INTERPRET=1`` must be set before Triton is
 first imported (``@triton.jit`` reads it, Triton's own library functions included), so it is set here, first.
+
+``.ci/run`` runs the suite on two pytest-xdist workers (``-n 2``): each worker is a process of its own with this
+file's session fixtures; ``pytest_xdist_make_scheduler`` decides which tests stay together on one worker.
 """
 
 import os
@@ -39,6 +42,63 @@ def pair(request, sglang_tp1):
     hf_model, sgl_model = sglang_tp1.build_pair(config)
     assert type(sgl_model).__name__ == request.param
     return sglang_tp1, config, hf_model, sgl_model
+
+
+# Under pytest-xdist (``.ci/run``: ``-n 2``), which tests may run on different workers. By default a file's tests
+# stay on one worker, so its module-scoped fixtures (pairs of SGLang models, the ranks of multi-process runs, the
+# wheels' parsed sources) are built once. These files share nothing between tests (each starts its own fresh
+# interpreters or processes, or is cheap), so their tests spread one by one:
+SPREAD_FILES = {
+    "test_block_kernel.py",
+    "test_candidate_topk.py",
+    "test_dp_and_disaggregation.py",
+    "test_draft_sampler_hook.py",
+    "test_e2e_harness.py",
+    "test_greedy_head.py",
+    "test_install.py",
+    "test_kernel_tools.py",
+    "test_lines.py",
+    "test_package_layout.py",
+    "test_plugin.py",
+    "test_profile_analysis.py",
+}
+# Files that start SGLang CPU servers run on one worker, one after another (memory, ports).
+SERVER_FILES = {"test_bench.py", "test_sglang_cpu_forward.py"}
+
+
+def _xdist_scope(nodeid: str) -> str:
+    """The work unit of a test: the test itself (SPREAD_FILES), the CPU servers' unit, or its file."""
+    path = nodeid.split("::", 1)[0]
+    name = path.rsplit("/", 1)[-1]
+    if name in SPREAD_FILES:
+        return nodeid
+    return "cpu servers" if name in SERVER_FILES else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """For ``-n N`` (xdist's ``load``): units by ``_xdist_scope``, the largest first (xdist's loadscope scheduler;
+    ``--dist loadgroup`` cannot do it here: with pytest 9 xdist 3.8 cannot rename a test's node id)."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _xdist_scope(nodeid)
+
+    return ByFile(config, log)
+
+
+def pytest_sessionfinish(session):
+    """On an xdist worker: hand this worker's measured differences to the controller, which prints them."""
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["sglang_measured"] = list(_sglang_cpu.MEASURED)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: the controller collects each worker's measurements
+def pytest_testnodedown(node, error):
+    _sglang_cpu.MEASURED.extend(tuple(m) for m in getattr(node, "workeroutput", {}).get("sglang_measured", []))
 
 
 def pytest_terminal_summary(terminalreporter):
