@@ -19,7 +19,6 @@ their old names. Only the standard library is used besides, so the harness works
 from __future__ import annotations
 
 import functools
-
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
