@@ -3,6 +3,7 @@ JSON row, the prompt builders (stops and EOS inside an accepted block), the serv
 the script's cases run against a real SGLang CPU server of the tiny target (plain on both sides)."""
 
 import logging
+import lzma
 import sys
 from pathlib import Path
 
@@ -166,16 +167,16 @@ def test_prompt_builders_are_deterministic_and_keyed():
 
 def test_served_path_from_real_plugin_log_lines(caplog):
     """The 'kernel on' and worker lines as a GPU server printed them; the decline line as the plugin logs it."""
-    from sglang_gemma4_dflash.attention.backend_hooks import BlockDispatch
+    from sglang_gemma4_dflash.attention.backend_hooks import BlockDispatch, load_kernel
 
-    (log_file,) = ROOT.glob("benchmarks/**/h200_sglang0517_31b_sweep_k_dflash_server.log")  # a GPU server's log
-    server_log = log_file.read_text(errors="replace")
+    log_file = ROOT / "benchmarks/step_31b/h200_sglang0517_dflash_server.log.xz"  # a 31B DFLASH server's log (H200)
+    server_log = lzma.decompress(log_file.read_bytes()).decode(errors="replace")
 
     def upstream(q_extend=None, **kwargs):
         return "upstream"
 
     with caplog.at_level(logging.INFO):
-        assert BlockDispatch(upstream, "target")._call(q_extend=None, a_new_argument=1) == "upstream"
+        assert BlockDispatch(upstream, "target", load_kernel())._call(q_extend=None, a_new_argument=1) == "upstream"
     declined = "\n".join(r.getMessage() for r in caplog.records if "extend kernel" in r.getMessage())
     path = sm.served_path(server_log + "\n[2026-12-06 02:50:00] " + declined + "\n")
     assert path["plugin_loaded"] and path["worker"] in ("DFlashWorkerV2", "DFlashWorker")
