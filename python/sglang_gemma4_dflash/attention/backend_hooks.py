@@ -130,9 +130,9 @@ class BlockDispatch:
         args.update(keywords)
         reason = "more positional arguments than upstream's kernel takes" if len(positional) > len(self.names) else None
         reason = reason or decline_reason(args, self.mask_is_causal)
-        shape = layer_shape(args) if reason is None else None
-        if shape in self.failed:
-            reason = f"the block kernel failed here before ({self.failed[shape]})"
+        if reason is None and self.failed:  # the shape string only once a launch has failed (a hot path otherwise)
+            failed_before = self.failed.get(layer_shape(args))
+            reason = failed_before and f"the block kernel failed here before ({failed_before})"
         if reason is not None:
             if reason not in self.declined:
                 self.declined.add(reason)
@@ -141,6 +141,7 @@ class BlockDispatch:
         try:
             self._run_block_kernel(args)
         except Exception as e:  # a compile or launch failure: this layer shape goes to upstream's kernel from now on
+            shape = layer_shape(args)
             self.failed[shape] = f"{type(e).__name__}: {e}"
             logger.warning(
                 "sglang-gemma4-dflash: the %s block's attention kernel failed for %s (%s); SGLang's extend kernel "
