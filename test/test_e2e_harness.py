@@ -131,6 +131,22 @@ def test_server_roundtrip_generate_info_and_group_kill(launcher, tmp_path):
         os.kill(child, 0)
 
 
+def test_a_server_already_on_the_port_does_not_pass_for_a_new_one(launcher):
+    """The soak's server once took the answers of a matrix server started on the same port as its own readiness,
+    then failed to bind and exited; the soak's traffic went to the other server. Readiness counts only if this
+    server's process group listens on the port."""
+    module, env = launcher
+    with e2e.Server("/m", ["--mode", "ok"], launcher=module, env=env, ready_timeout=30, poll_interval=0.1) as first:
+        second = e2e.Server("/m", ["--mode", "slow"], launcher=module, env=env, port=first.port, ready_timeout=30,
+                            poll_interval=0.1)  # fmt: skip
+        try:
+            with pytest.raises(e2e.ServerError, match=f"port {first.port} answers, but from process.*another server"):
+                second.start().wait_ready()
+        finally:
+            second.stop()
+        assert e2e.http_ok(first.base_url + "/get_model_info", timeout=5)  # the first one is untouched
+
+
 def test_server_info_falls_back_to_old_endpoint(launcher):
     module, env = launcher
     with e2e.Server("/m", ["--mode", "old"], launcher=module, env=env, ready_timeout=30, poll_interval=0.1) as s:

@@ -45,6 +45,25 @@ def free_port() -> int:
     raise ServerError("no free port found in 20000-44999")
 
 
+def listening_pids(port: int) -> set:
+    """Ids of the processes listening on TCP `port` (None for a process this user may not inspect); empty where
+    psutil is missing or the table cannot be read."""
+    try:
+        import psutil
+
+        connections = psutil.net_connections(kind="tcp")
+    except Exception:  # no psutil, or no access to the connection table
+        return set()
+    return {c.pid for c in connections if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port}
+
+
+def _group_of(pid: int) -> Optional[int]:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
 @dataclass
 class Server:
     """One SGLang server process group. Use as a context manager:
@@ -119,10 +138,23 @@ class Server:
             # /health_generate runs one real generation: give it more time than a plain GET
             per_try = min(remaining, 5.0 if stages[0] == "/get_model_info" else 60.0)
             if http_ok(self.base_url + stages[0], timeout=per_try):
+                self._check_port_is_ours()
                 stages.pop(0)
                 continue
             time.sleep(min(self.poll_interval, max(0.0, deadline - time.monotonic())))
         return self
+
+    def _check_port_is_ours(self) -> None:
+        """An answer on the port counts only if this server's process group listens there: a server started earlier
+        on the same port would otherwise pass for this one (which then fails to bind and exits)."""
+        listeners = listening_pids(self.port)
+        if not listeners or any(pid is not None and _group_of(pid) == self.process.pid for pid in listeners):
+            return  # ours, or the listener cannot be read here (no psutil): nothing to judge
+        raise ServerError(
+            f"port {self.port} answers, but from process(es) {sorted(p for p in listeners if p) or 'of another user'}, "
+            f"not from this server (process group {self.process.pid}): another server holds the port; "
+            f"start this one on a free port\n{self.log_tail()}"
+        )
 
     def stop(self) -> Optional[int]:
         """SIGTERM the launcher, then (after at most `stop_grace` seconds) SIGKILL its whole process group; return
