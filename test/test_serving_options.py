@@ -103,7 +103,7 @@ def test_options_select_by_name_and_share_servers():
         sm.select_options("stops,page32")
     groups = sm.server_groups(sm.select_options("all"))
     base = next(g for g in groups if g[0].name == "default")
-    assert {o.name for o in base} == {"default", "radix_hits", "long_gen", "stops", "logprobs", "structured",
+    assert {o.name for o in base} == {"default", "long_prompts", "radix_hits", "long_gen", "stops", "logprobs", "structured",
                                       "sampling", "queue_aborts"}  # fmt: skip
     assert all(len({o.server_key() for o in g}) == 1 for g in groups)
     assert len(groups) == 9
@@ -194,6 +194,17 @@ def test_logprob_tolerance():
     assert not sm.logprobs_close(-0.01, -0.5) and not sm.logprobs_close(-5.0, -5.3)
 
 
+def test_tie_margin_reads_plains_gap_between_the_two_tokens():
+    top = [[-0.50, 187, None], [-0.52, 144, None], [-3.0, 9, None], [-4.0, 10, None], [-6.0, 11, None]]
+    tie = sm.tie_margin(top, 187, 144)
+    assert tie["gap"] == 0.02 and tie["near_tie"] is True
+    clear = sm.tie_margin([[-0.1, 187, None], [-2.5, 144, None]], 187, 144)
+    assert clear["gap"] == 2.4 and clear["near_tie"] is False
+    below = sm.tie_margin(top, 187, 55)  # DFLASH's token is not among plain's top 5
+    assert below["gap"] == 5.5 and below["gap_is_lower_bound"] and below["near_tie"] is False
+    assert sm.tie_margin(top, 55, 187)["near_tie"] is None  # plain's own token missing: nothing to say
+
+
 def test_percentile_and_soak_goals():
     assert sm.percentile([], 50) is None
     values = list(range(1, 101))
@@ -268,6 +279,13 @@ def test_cases_against_a_cpu_server(tmp_path_factory, monkeypatch):
                                      plain_start_error=None, dflash_start_error=None, path={},
                                      details=out.details)  # fmt: skip
         kv = so.drained_kv(url)
+        # a planted difference: the plain request is replayed up to it with top logprobs
+        real = so.post(url, so.payload([so.LOW + 3, so.LOW + 40, so.LOW + 7], 6), 120)
+        out = so.CaseOut()
+        so.compare(out, pair, "greedy", 0, real, {**real, "ids": real["ids"][:3] + [real["ids"][3] + 1]})
+        margin = out.comparisons[0]["first_difference"]["plain_margin"]
+    assert margin["replay_equals_plain"] and margin["top"][0][1] == real["ids"][3], margin
+    assert margin["gap"] is not None and margin["gap"] >= 0
     for name, row in rows.items():
         assert row["verdict"] == "exact", (name, row["errors"], row["first_difference"])
     stops = rows["stops"]["details"]

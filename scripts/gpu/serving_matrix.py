@@ -56,6 +56,7 @@ OPTIONS = {
             note="fp8 KV cache, the plugin's block kernel off",
         ),
         Option("chunked_prefill", flags=("--chunked-prefill-size", "256"), cases=("long_prompts",)),
+        Option("long_prompts", cases=("long_prompts",), note="chunked_prefill's prompts in one chunk: its control"),
         Option("no_radix", flags=("--disable-radix-cache",), cases=("greedy", "shared_prefix")),
         Option("radix_hits", cases=("shared_prefix",), note="later requests hit the cache while earlier ones decode"),
         Option("page16", flags=("--page-size", "16"), cases=("greedy", "shared_prefix")),
@@ -344,6 +345,21 @@ def logprobs_close(a: float, b: float) -> bool:
     """Plain's and DFLASH's logprob of one token agree within bf16 tolerance: the target's logits are bf16 (about 3
     significant digits), and the verify and decode forwards round differently."""
     return abs(a - b) <= LOGPROB_ATOL + LOGPROB_RTOL * max(abs(a), abs(b))
+
+
+def tie_margin(top: Sequence, plain_token: int, dflash_token: int) -> dict:
+    """Where plain and DFLASH first differ: plain's own top logprobs at that position (`top`: SGLang's
+    `output_top_logprobs` entry, `[logprob, id, ...]` items), the gap between plain's token and DFLASH's, and whether
+    that gap is within the bf16 tolerance `logprobs_close` allows (a near-tie that rounding can flip)."""
+    ranked = [(float(x[0]), int(x[1])) for x in top or []]
+    by_id = {i: lp for lp, i in ranked}
+    if plain_token not in by_id:
+        return {"top": ranked, "gap": None, "near_tie": None}
+    if dflash_token not in by_id:  # below the top k: the gap is at least plain's minus the last one listed
+        gap, close = by_id[plain_token] - ranked[-1][0], logprobs_close(by_id[plain_token], ranked[-1][0])
+        return {"top": ranked, "gap": round(gap, 5), "gap_is_lower_bound": True, "near_tie": None if close else False}
+    gap = by_id[plain_token] - by_id[dflash_token]
+    return {"top": ranked, "gap": round(gap, 5), "near_tie": logprobs_close(by_id[plain_token], by_id[dflash_token])}
 
 
 def percentile(values: Sequence[float], q: float) -> Optional[float]:

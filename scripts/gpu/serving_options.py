@@ -78,7 +78,9 @@ def post(url: str, payload: dict, timeout: float) -> dict:
     except HTTPRequestError as exc:
         return {"error": str(exc)[:2000], "seconds": round(time.time() - started, 2)}
     seconds = round(time.time() - started, 2)
-    return [outcome(a, seconds) for a in answer] if isinstance(answer, list) else outcome(answer, seconds)
+    if isinstance(answer, list):
+        return [outcome(a, seconds) for a in answer]
+    return {**outcome(answer, seconds), "request": payload}
 
 
 def outcome(answer: dict, seconds: float) -> dict:
@@ -202,6 +204,11 @@ def compare(out: CaseOut, pair: Pair, case: str, index: int, p, d, *, logprobs: 
             "dflash": d["ids"][diff : diff + 4] if diff is not None else [],
             "finish": {"plain": p["finish"], "dflash": d["finish"]},
         }
+        if diff is not None:
+            item["first_difference"].update(plain_around=p["ids"][max(0, diff - 8) : diff + 8],
+                                            dflash_around=d["ids"][max(0, diff - 8) : diff + 8])  # fmt: skip
+            if diff < min(len(p["ids"]), len(d["ids"])) and "request" in p:
+                item["first_difference"]["plain_margin"] = replay_margin(pair.plain, p, diff, d["ids"][diff])
     if logprobs and diff is None:
         worst, close = logprob_gap(p, d)
         item["logprob_max_abs_diff"] = worst
@@ -210,6 +217,22 @@ def compare(out: CaseOut, pair: Pair, case: str, index: int, p, d, *, logprobs: 
             item["first_difference"] = {"case": case, "prompt": index, "logprob_max_abs_diff": worst}
     out.comparisons.append(item)
     out.accepts.append(d.get("accept"))
+
+
+def replay_margin(url: str, p: dict, index: int, dflash_token: int) -> dict:
+    """Plain's margin where DFLASH first differs: the plain request again, up to that token, with its top logprobs
+    (a greedy request only; the plain server serves logprobs)."""
+    request = json.loads(json.dumps(p["request"]))
+    if request["sampling_params"].get("temperature", 0.0) > 0:
+        return {"skipped": "a sampled request"}
+    request.pop("rid", None)
+    request["sampling_params"]["max_new_tokens"] = index + 1
+    request.update(return_logprob=True, top_logprobs_num=5)
+    again = post(url, request, 120)
+    if "error" in again or len(again.get("output_top_logprobs") or []) <= index:
+        return {"error": str(again.get("error", "no top logprobs at that position"))[:300]}
+    margin = sm.tie_margin(again["output_top_logprobs"][index], p["ids"][index], dflash_token)
+    return {**margin, "replay_equals_plain": again["ids"][: index + 1] == p["ids"][: index + 1]}
 
 
 def sample_key(x: dict) -> tuple:
@@ -520,7 +543,7 @@ def base_flags(cpu: bool, mem_fraction: float, mm: bool) -> list[str]:
 def start_server(setup: Setup, label: str, model: str, flags: list, env: dict) -> tuple:
     """(Server or None, start error or None, seconds to ready)."""
     with setup.lock:
-        port = e2e.spaced_port(next(setup.ports) % 24, base=20000, step=1000)
+        port = e2e.spaced_port(next(setup.ports) % 24, base=setup.args.port_base, step=1000)
     setup.gate.wait()
     if STOPPING.is_set():
         return None, "stopped (SIGTERM) before this server started", 0.0
@@ -838,9 +861,20 @@ def main(argv=None) -> None:
         "--max-total-tokens 32768 caps each KV pool",
     )
     parser.add_argument("--ready-timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--port-base",
+        type=int,
+        default=20000,
+        help="the first server's port (the next ones 1000 apart): a second run on the same machine needs its own",
+    )
     parser.add_argument("--deadline", type=float, default=560.0, help="no new server or option after this (s)")
     parser.add_argument("--soak", type=float, default=0.0, help="seconds of mixed traffic on one more DFLASH server")
     parser.add_argument("--soak-max-requests", type=int, default=20000)
+    parser.add_argument(
+        "--soak-shared",
+        action="store_true",
+        help="other servers share the GPU (a detached soak beside later calls): a whole-card memory reading is not judged",
+    )
     parser.add_argument("--cpu", action="store_true", help="dry run on SGLang's CPU engine (both servers plain)")
     parser.add_argument("--cap-new-tokens", type=int, default=None, help="at most this many new tokens a request")
     parser.add_argument("--tiny-dir", default=os.path.join(tempfile.gettempdir(), "tiny-gemma4-dflash-serving"))
@@ -893,7 +927,9 @@ def main(argv=None) -> None:
     try:
         with ThreadPoolExecutor(max(1, args.group_size) + 1) as pool:
             soak = (
-                pool.submit(run_soak, setup, args.soak, args.soak_max_requests, bool(jobs)) if args.soak > 0 else None
+                pool.submit(run_soak, setup, args.soak, args.soak_max_requests, bool(jobs) or args.soak_shared)
+                if args.soak > 0
+                else None
             )
             with ThreadPoolExecutor(max(1, args.group_size)) as groups:
                 list(groups.map(lambda job: run_group(setup, job[0], job[1], save), jobs))
