@@ -51,7 +51,7 @@ from sglang_gemma4_dflash_testkit.tiny import TINY, planted_continuation, succes
 LOW, HIGH, KEY = TINY.num_special_tokens, TINY.key_token_id, TINY.key_token_id  # ordinary ids: [LOW, HIGH)
 BLOCK = TINY.block_size
 MAX_RUNNING = 16
-PAIRS = ("text", "mm", "text-stock", "mm-stock")
+PAIRS = ("text", "mm", "text-stock", "mm-stock", "text-nokernel", "mm-nokernel")
 JSON_SCHEMA = {
     "type": "object",
     "properties": {"ok": {"type": "boolean"}, "color": {"enum": ["red", "green", "blue"]}},
@@ -592,11 +592,13 @@ def run_group(setup: Setup, pair_name: str, options: list, save) -> None:
     """One plain and one DFLASH server with the options' shared flags; the options' cases in turn; rows saved."""
     args, first = setup.args, options[0]
     name = f"{pair_name}-{first.name}"
-    target, _, stock = pair_name.partition("-")  # "text", "mm"; "-stock": the plugin off (SGLang's own DFLASH)
+    # "text", "mm"; "-stock": the plugin off (SGLang's own DFLASH); "-nokernel": the plugin on, its block kernel off
+    target, _, variant = pair_name.partition("-")
     model = setup.paths[first.target if target == "text" else first.target.replace("target", "target_mm")]
     flags = base_flags(args.cpu, args.mem_fraction, target == "mm") + list(first.flags)
     dflash_flags = flags + ([] if args.cpu else e2e.dflash_args(setup.paths["draft"], BLOCK))
-    env = dict(first.env, **({"SGLANG_PLUGINS": "some_other_name"} if stock else {}))
+    env = dict(first.env, **{"stock": {"SGLANG_PLUGINS": "some_other_name"}, "nokernel": {sm.BLOCK_ATTENTION_ENV: "0"}}
+               .get(variant, {}))  # fmt: skip
     if time.time() > args.deadline_at or STOPPING.is_set():
         for o in options:
             save(o, sm.not_run_row(o, args.sglang, pair_name, "deadline reached before its servers started"))
@@ -849,7 +851,8 @@ def main(argv=None) -> None:
         "--pairs",
         default="text",
         help="text (the tiny text target), mm (its multimodal twin); text-stock / mm-stock: the plugin off (SGLANG_PLUGINS "
-        "names another plugin), to show where stock SGLang does the same",
+        "names another plugin), to show where stock SGLang does the same; text-nokernel / mm-nokernel: the plugin with its "
+        "block kernel off",
     )
     parser.add_argument("--group-size", type=int, default=4, help="server pairs side by side")
     parser.add_argument("--stagger", type=float, default=20.0, help="seconds between server starts")

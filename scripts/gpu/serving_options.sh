@@ -8,8 +8,8 @@
 #                                                     # call and runs beside the next calls on the same warm machine
 #   bash scripts/gpu/serving_options.sh soak-collect  # waits (at most 540 s) for that soak, copies its files to $OUT
 #   bash scripts/gpu/serving_options.sh 0513     # 0.5.13 (carry .gpu-site/0.5.13): every option, no soak
-#   OPTIONS=a,b bash scripts/gpu/serving_options.sh rerun  # 0.5.17: those options again, with the plugin and
-#                                                          # stock (PAIRS, default text,text-stock) side by side
+#   OPTIONS=a,b bash scripts/gpu/serving_options.sh rerun  # 0.5.17: those options again: the plugin, stock and
+#                                                          # the kernel off (PAIRS) side by side
 # The script itself stops at 560 s (575 for the soak call) (SIGTERM: it stops its servers and writes what it has).
 # Writes $OUT/<card>_sglang<line>_serving_options_<call>.json, its .logs.tgz (every server's log) and the stdout.
 set -uo pipefail
@@ -22,7 +22,7 @@ case $CALL in
   2) LINE=0.5.17; OPTS=no_radix,page16,page64,swa_small,eos; EXTRA=(--group-size 5 ${SOAK_BESIDE:+--soak $SOAK_BESIDE}) ;;
   soak) LINE=0.5.17; OPTS=none; EXTRA=(--soak 480 --deadline 560); TIMEOUT=575 ;;
   soak-start|soak-collect) LINE=0.5.17 ;;
-  rerun) LINE=0.5.17; OPTS=${OPTIONS:?set OPTIONS}; EXTRA=(--pairs ${PAIRS:-text,text-stock} --group-size 4) ;;
+  rerun) LINE=0.5.17; OPTS=${OPTIONS:?set OPTIONS}; EXTRA=(--pairs ${PAIRS:-text,text-stock,text-nokernel} --group-size ${GROUP:-6}) ;;
   0513) LINE=0.5.13; OPTS=all; EXTRA=(--group-size 9 --stagger 15) ;;
   *) echo "unknown call $CALL (1, 2, soak, soak-start, soak-collect, rerun or 0513)" >&2; exit 2 ;;
 esac
@@ -32,20 +32,20 @@ export PYTHONPATH=$PWD/testkit:$PYTHONPATH HF_HUB_OFFLINE=1 SGLANG_GEMMA4_DFLASH
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 NAME=$OUT/${CARD}_sglang${LINE//./}_serving_options_$CALL
 SOAK_DIR=/tmp/gemma4-dflash-soak  # the detached soak's files, on the machine, until soak-collect copies them
-SOAK_NAME=$SOAK_DIR/${CARD}_sglang${LINE//./}_serving_options_soak600
+SOAK_NAME=$SOAK_DIR/${CARD}_sglang${LINE//./}_serving_options_soak${SOAK_SECONDS:-600}
 if [ "$CALL" = soak-start ]; then
   rm -rf $SOAK_DIR && mkdir -p $SOAK_DIR
-  # 600 s of traffic after the server's start and warm-up; the other calls' servers share the GPU (--soak-shared)
-  setsid nohup timeout 900 python3 scripts/gpu/serving_options.py --line $LINE --options none --soak 600 \
+  # SOAK_SECONDS (600) of traffic after the server's start and warm-up; the other calls' servers share the GPU (--soak-shared)
+  setsid nohup timeout 900 python3 scripts/gpu/serving_options.py --line $LINE --options none --soak ${SOAK_SECONDS:-600} \
     --deadline 840 --soak-shared --port-base 44000 --out $SOAK_NAME.json > $SOAK_NAME.stdout.txt 2>&1 < /dev/null &
   echo "soak started (pid $!): $SOAK_NAME.json"
   exit 0
 fi
 if [ "$CALL" = soak-collect ]; then
-  for _ in $(seq 270); do pgrep -f "serving_options.py .*--soak 600" >/dev/null || break; sleep 2; done
-  pgrep -f "serving_options.py .*--soak 600" >/dev/null && echo "soak still running: copying what it has"
-  cp $SOAK_NAME.* $OUT/ 2>/dev/null || { echo "no soak files in $SOAK_DIR (machine restarted?)"; exit 1; }
-  grep -E "ready in|did not start|soak:" $SOAK_NAME.stdout.txt | cut -c1-600
+  for _ in $(seq 270); do pgrep -f "serving_options.py .*--soak-shared" >/dev/null || break; sleep 2; done
+  pgrep -f "serving_options.py .*--soak-shared" >/dev/null && echo "soak still running: copying what it has"
+  cp $SOAK_DIR/* $OUT/ 2>/dev/null || { echo "no soak files in $SOAK_DIR (machine restarted?)"; exit 1; }
+  grep -E "ready in|did not start|soak:" $SOAK_DIR/*.stdout.txt | cut -c1-600
   exit 0
 fi
 timeout $TIMEOUT python3 scripts/gpu/serving_options.py --line $LINE --options $OPTS --stagger 20 --deadline 500 "${EXTRA[@]}" \
