@@ -22,7 +22,7 @@ case $CALL in
   2) LINE=0.5.17; OPTS=no_radix,page16,page64,swa_small,eos; EXTRA=(--group-size 5 ${SOAK_BESIDE:+--soak $SOAK_BESIDE}) ;;
   soak) LINE=0.5.17; OPTS=none; EXTRA=(--soak 480 --deadline 560); TIMEOUT=575 ;;
   soak-start|soak-collect) LINE=0.5.17 ;;
-  rerun) LINE=0.5.17; OPTS=${OPTIONS:?set OPTIONS}; EXTRA=(--pairs ${PAIRS:-text,text-stock,text-nokernel} --group-size ${GROUP:-6}) ;;
+  rerun) LINE=0.5.17; OPTS=${OPTIONS:?set OPTIONS}; EXTRA=(--pairs ${PAIRS:-text,text-stock,text-nokernel} --group-size ${GROUP:-6} --stagger ${STAGGER:-20}) ;;
   0513) LINE=0.5.13; OPTS=all; EXTRA=(--group-size 9 --stagger 15) ;;
   *) echo "unknown call $CALL (1, 2, soak, soak-start, soak-collect, rerun or 0513)" >&2; exit 2 ;;
 esac
