@@ -84,6 +84,19 @@ def test_matches_reference_fp32(name, splits):
     assert err < (1e-5 if DEVICE == "cpu" else 5e-3), f"{name}: relative error {err:.2e}"
 
 
+@pytest.mark.parametrize("window", [-1, 16], ids=["global", "sliding-16"])
+@pytest.mark.parametrize("contexts", [[1213], [1213, 1500], [2617, 1213, 2048, 1529]], ids=["b1", "b2", "b4"])
+def test_tiny_target_shapes_at_long_contexts_with_the_defaults(contexts, window):
+    """The tiny target's layers (4 heads of 64 over 2, window 16, scale 1) over the contexts the serving matrix's
+    chunked-prefill prompts reach, 8-token blocks, the kernel's own split plan and default tiling: the case where one
+    GPU answer differed from plain (docs/serving_options.md)."""
+    lists = window_lists(contexts, window) if window > 0 else contexts
+    case = make_case(lists, [8] * len(contexts), num_heads=4, num_kv_heads=2, head_dim=64, window=window,
+                     sm_scale=1.0, device=DEVICE, seed=sum(contexts))  # fmt: skip
+    err = rel_err(run_kernel(case), reference(case))
+    assert err < (1e-5 if DEVICE == "cpu" else 5e-3), f"{contexts} window {window}: relative error {err:.2e}"
+
+
 @pytest.mark.parametrize("splits", [2, 3, None], ids=["two-splits", "three-splits", "auto-splits"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_block_in_a_split_of_its_own(name, splits):
