@@ -106,7 +106,7 @@ def test_options_select_by_name_and_share_servers():
     assert {o.name for o in base} == {"default", "long_prompts", "radix_hits", "long_gen", "stops", "logprobs", "structured",
                                       "sampling", "queue_aborts"}  # fmt: skip
     assert all(len({o.server_key() for o in g}) == 1 for g in groups)
-    assert len(groups) == 9
+    assert len(groups) == 10
 
 
 def test_inside_block():

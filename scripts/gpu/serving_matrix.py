@@ -57,6 +57,12 @@ OPTIONS = {
         ),
         Option("chunked_prefill", flags=("--chunked-prefill-size", "256"), cases=("long_prompts",)),
         Option("long_prompts", cases=("long_prompts",), note="chunked_prefill's prompts in one chunk: its control"),
+        Option(
+            "chunked_prefill_no_overlap",
+            flags=("--chunked-prefill-size", "256", "--disable-overlap-schedule"),
+            cases=("long_prompts",),
+            note="chunked_prefill without the overlap scheduler",
+        ),
         Option("no_radix", flags=("--disable-radix-cache",), cases=("greedy", "shared_prefix")),
         Option("radix_hits", cases=("shared_prefix",), note="later requests hit the cache while earlier ones decode"),
         Option("page16", flags=("--page-size", "16"), cases=("greedy", "shared_prefix")),

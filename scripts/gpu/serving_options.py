@@ -6,9 +6,10 @@ both servers, on the tiny pair (the drafting pair: every block of 8 accepted); a
         [--options default,fp8_kv,...|all] [--group-size 4] [--stagger 20] [--soak 420] [--cpu]
 
 Options (`--options`, names in serving_matrix.OPTIONS): default, fp8_kv, fp8_kv_nokernel, chunked_prefill,
-no_radix, radix_hits, page16, page64, swa_small, long_gen, stops, eos, logprobs, structured, sampling,
-queue_aborts. Options with the same server flags share one plain and one DFLASH server (default, radix_hits,
-long_gen, stops, logprobs, structured, sampling, queue_aborts share the base servers); `--group-size` server pairs
+long_prompts, chunked_prefill_no_overlap, no_radix, radix_hits, page16, page64, swa_small, long_gen, stops, eos,
+logprobs, structured, sampling, queue_aborts. Options with the same server flags share one plain and one DFLASH
+server (default, long_prompts, radix_hits, long_gen, stops, logprobs, structured, sampling, queue_aborts share the
+base servers); `--group-size` server pairs
 run side by side, every start `--stagger` seconds after the one before, ports 1000 apart. A row per option
 (serving_matrix.make_row) is written as soon as its option is done; rows never reached say "not run". The server
 logs go to `<out>.logs.tgz`.
