@@ -5,7 +5,7 @@ how sure it is of plain's token there, and which input token at the position bef
         --plain 134,252,124,98,113,227,99,298,155,308,215,141,201,144,187 --dflash-token 144
 
 The prompt is rebuilt as `serving_options.py` builds it (`serving_matrix.length_prompts`, BOS first); `--plain` is
-plain's output up to and including its token at the first difference (the row's `plain_around` gives the tail). One
+plain's output up to and including its token at the first difference (the row's `first_difference.plain_ids[: index + 1]`). One
 input token alone reproducing DFLASH's answer says the verify saw the wrong token at that position (a stale seed or
 stale block rows), not a rounding flip.
 """

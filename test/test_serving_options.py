@@ -248,6 +248,8 @@ def test_compare_sorts_answers_into_comparisons_refusals_and_errors():
                    ("sampling", 300, True, True), ("sampling", 301, True, True), ("logprobs", 7, True, True),
                    ("logprobs", 8, False, True)]  # fmt: skip
     assert out.comparisons[1]["first_difference"]["index"] == 1
+    assert out.comparisons[1]["first_difference"]["plain_ids"] == [1, 2, 3]
+    assert out.comparisons[1]["first_difference"]["dflash_ids"] == [1, 9, 3]
     assert out.refusals == [f"logprobs: {REFUSAL}"]
     assert [e.split("[")[0] for e in out.errors] == ["greedy", "regex"]
 

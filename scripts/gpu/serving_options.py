@@ -9,8 +9,8 @@ Options (`--options`, names in serving_matrix.OPTIONS): default, fp8_kv, fp8_kv_
 long_prompts, chunked_prefill_no_overlap, no_radix, radix_hits, page16, page64, swa_small, long_gen, stops, eos,
 logprobs, structured, sampling, queue_aborts. Options with the same server flags share one plain and one DFLASH
 server (default, long_prompts, radix_hits, long_gen, stops, logprobs, structured, sampling, queue_aborts share the
-base servers); `--group-size` server pairs
-run side by side, every start `--stagger` seconds after the one before, ports 1000 apart. A row per option
+base servers); `--group-size` server pairs run side by side, every start `--stagger` seconds after the one before,
+ports 1000 apart. A row per option
 (serving_matrix.make_row) is written as soon as its option is done; rows never reached say "not run". The server
 logs go to `<out>.logs.tgz`.
 
@@ -206,8 +206,8 @@ def compare(out: CaseOut, pair: Pair, case: str, index: int, p, d, *, logprobs: 
             "finish": {"plain": p["finish"], "dflash": d["finish"]},
         }
         if diff is not None:
-            item["first_difference"].update(plain_around=p["ids"][max(0, diff - 8) : diff + 8],
-                                            dflash_around=d["ids"][max(0, diff - 8) : diff + 8])  # fmt: skip
+            # both outputs from the start to 8 past it: what scripts/explain_difference.py takes
+            item["first_difference"].update(plain_ids=p["ids"][: diff + 8], dflash_ids=d["ids"][: diff + 8])
             if diff < min(len(p["ids"]), len(d["ids"])) and "request" in p:
                 item["first_difference"]["plain_margin"] = replay_margin(pair.plain, p, diff, d["ids"][diff])
     if logprobs and diff is None:
