@@ -254,6 +254,22 @@ def test_compare_sorts_answers_into_comparisons_refusals_and_errors():
     assert [e.split("[")[0] for e in out.errors] == ["greedy", "regex"]
 
 
+def test_no_pdl_tuning_keeps_the_default_tilings_but_pdl(tmp_path, monkeypatch):
+    """The `-nopdl` pairs' tuning file passes the plugin's own file check and changes nothing but `pdl`."""
+    import dataclasses
+
+    import serving_options as so
+    from sglang_gemma4_dflash.attention import tuning
+
+    path = so.no_pdl_tuning(str(tmp_path))
+    defaults = {b: tuning.default_tuning(TINY.head_dim, b) for b in (1, 2, 7, 16)}
+    assert any(t.pdl for t in defaults.values())  # else the pair would show nothing
+    monkeypatch.setenv(tuning.TUNING_ENV, path)
+    assert tuning.tuning_file_rows(path)
+    for batch, default in defaults.items():
+        assert tuning.default_tuning(TINY.head_dim, batch) == dataclasses.replace(default, pdl=0)
+
+
 # --- the script's cases against a real SGLang CPU server --------------------------------------------------------
 
 

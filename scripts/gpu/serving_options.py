@@ -24,6 +24,7 @@ SGLang refuses DFLASH there, so both servers of a pair are plain.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -45,6 +46,7 @@ sys.path.insert(0, os.path.join(ROOT, "testkit"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import serving_matrix as sm  # noqa: E402
+from sglang_gemma4_dflash.attention.tuning import TUNING_ENV, default_tuning  # noqa: E402
 from sglang_gemma4_dflash.bench.client import HTTPRequestError, http_json, http_ok  # noqa: E402
 from sglang_gemma4_dflash_testkit import e2e  # noqa: E402
 from sglang_gemma4_dflash_testkit.tiny import TINY, planted_continuation, successor_map  # noqa: E402
@@ -52,7 +54,18 @@ from sglang_gemma4_dflash_testkit.tiny import TINY, planted_continuation, succes
 LOW, HIGH, KEY = TINY.num_special_tokens, TINY.key_token_id, TINY.key_token_id  # ordinary ids: [LOW, HIGH)
 BLOCK = TINY.block_size
 MAX_RUNNING = 16
-PAIRS = ("text", "mm", "text-stock", "mm-stock", "text-nokernel", "mm-nokernel")
+PAIRS = (
+    "text",
+    "mm",
+    "text-stock",
+    "mm-stock",
+    "text-nokernel",
+    "mm-nokernel",
+    "text-nopdl",
+    "mm-nopdl",
+    "text-ci",
+    "mm-ci",
+)
 JSON_SCHEMA = {
     "type": "object",
     "properties": {"ok": {"type": "boolean"}, "color": {"enum": ["red", "green", "blue"]}},
@@ -589,16 +602,32 @@ def read_log(path: str) -> str:
         return ""
 
 
+def no_pdl_tuning(folder: str) -> str:
+    """A tuning file (its path) with the kernel's default tilings for the tiny pair's head dims, PDL off."""
+    rows = [
+        {"head_dim": d, "min_batch": b, "max_batch": b, **dataclasses.asdict(default_tuning(d, b)), "pdl": 0}
+        for d in sorted({TINY.head_dim, TINY.draft_head_dim})
+        for b in range(1, 65)
+    ]
+    path = os.path.join(folder, "tuning_no_pdl.json")
+    with open(path, "w") as f:
+        json.dump(rows, f)
+    return path
+
+
 def run_group(setup: Setup, pair_name: str, options: list, save) -> None:
     """One plain and one DFLASH server with the options' shared flags; the options' cases in turn; rows saved."""
     args, first = setup.args, options[0]
     name = f"{pair_name}-{first.name}"
-    # "text", "mm"; "-stock": the plugin off (SGLang's own DFLASH); "-nokernel": the plugin on, its block kernel off
+    # "text", "mm"; "-stock": the plugin off (SGLang's own DFLASH); "-nokernel": the plugin on, its block kernel off;
+    # "-nopdl": the block kernel with its default tilings but no programmatic dependent launch; "-ci": SGLang's CI-only
+    # checks on (among them the overlap scheduler's: a relay row read twice without a new write fails an assert)
     target, _, variant = pair_name.partition("-")
     model = setup.paths[first.target if target == "text" else first.target.replace("target", "target_mm")]
     flags = base_flags(args.cpu, args.mem_fraction, target == "mm") + list(first.flags)
     dflash_flags = flags + ([] if args.cpu else e2e.dflash_args(setup.paths["draft"], BLOCK))
-    env = dict(first.env, **{"stock": {"SGLANG_PLUGINS": "some_other_name"}, "nokernel": {sm.BLOCK_ATTENTION_ENV: "0"}}
+    env = dict(first.env, **{"stock": {"SGLANG_PLUGINS": "some_other_name"}, "nokernel": {sm.BLOCK_ATTENTION_ENV: "0"},
+                             "nopdl": {TUNING_ENV: no_pdl_tuning(setup.log_dir)}, "ci": {"SGLANG_IS_IN_CI": "1"}}
                .get(variant, {}))  # fmt: skip
     if time.time() > args.deadline_at or STOPPING.is_set():
         for o in options:
@@ -853,7 +882,8 @@ def main(argv=None) -> None:
         default="text",
         help="text (the tiny text target), mm (its multimodal twin); text-stock / mm-stock: the plugin off (SGLANG_PLUGINS "
         "names another plugin), to show where stock SGLang does the same; text-nokernel / mm-nokernel: the plugin with its "
-        "block kernel off",
+        "block kernel off; text-nopdl / mm-nopdl: its kernel without programmatic dependent launch; text-ci / mm-ci: "
+        "SGLANG_IS_IN_CI=1 (SGLang's CI-only asserts, the overlap relay's among them)",
     )
     parser.add_argument("--group-size", type=int, default=4, help="server pairs side by side")
     parser.add_argument("--stagger", type=float, default=20.0, help="seconds between server starts")
@@ -924,7 +954,8 @@ def main(argv=None) -> None:
 
     write()
     setup = Setup(args, paths, log_dir, StartGate(args.stagger), iter(range(10_000)))
-    jobs = [(pair, group) for pair in args.pairs.split(",") for group in sm.server_groups(options)]
+    # option-major: an option's pairs (plugin, stock, kernel off, ...) run side by side, the first option first
+    jobs = [(pair, group) for group in sm.server_groups(options) for pair in args.pairs.split(",")]
     for pair, group in jobs:
         for o in group:
             save(o, sm.not_run_row(o, args.sglang, pair, "not reached"))

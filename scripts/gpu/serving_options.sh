@@ -9,7 +9,8 @@
 #   bash scripts/gpu/serving_options.sh soak-collect  # waits (at most 540 s) for that soak, copies its files to $OUT
 #   bash scripts/gpu/serving_options.sh 0513     # 0.5.13 (carry .gpu-site/0.5.13): every option, no soak
 #   OPTIONS=a,b bash scripts/gpu/serving_options.sh rerun  # 0.5.17: those options again: the plugin, stock and
-#                                                          # the kernel off (PAIRS) side by side
+#                                                          # the kernel off (PAIRS) side by side; two reruns at
+#                                                          # once: TAG (file names) and PORT_BASE (20500) apart
 # The script itself stops at 560 s (575 for the soak call) (SIGTERM: it stops its servers and writes what it has).
 # Writes $OUT/<card>_sglang<line>_serving_options_<call>.json, its .logs.tgz (every server's log) and the stdout.
 set -uo pipefail
@@ -22,7 +23,8 @@ case $CALL in
   2) LINE=0.5.17; OPTS=no_radix,page16,page64,swa_small,eos; EXTRA=(--group-size 5 ${SOAK_BESIDE:+--soak $SOAK_BESIDE}) ;;
   soak) LINE=0.5.17; OPTS=none; EXTRA=(--soak 480 --deadline 560); TIMEOUT=575 ;;
   soak-start|soak-collect) LINE=0.5.17 ;;
-  rerun) LINE=0.5.17; OPTS=${OPTIONS:?set OPTIONS}; EXTRA=(--pairs ${PAIRS:-text,text-stock,text-nokernel} --group-size ${GROUP:-6} --stagger ${STAGGER:-20}) ;;
+  rerun) LINE=0.5.17; OPTS=${OPTIONS:?set OPTIONS}; EXTRA=(--pairs ${PAIRS:-text,text-stock,text-nokernel} --group-size ${GROUP:-6}
+         --stagger ${STAGGER:-20} --port-base ${PORT_BASE:-20000}) ;;
   0513) LINE=0.5.13; OPTS=all; EXTRA=(--group-size 9 --stagger 15) ;;
   *) echo "unknown call $CALL (1, 2, soak, soak-start, soak-collect, rerun or 0513)" >&2; exit 2 ;;
 esac
@@ -30,7 +32,7 @@ CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && echo 
 source scripts/gpu/setup_site.sh $LINE >/dev/null || exit 1
 export PYTHONPATH=$PWD/testkit:$PYTHONPATH HF_HUB_OFFLINE=1 SGLANG_GEMMA4_DFLASH_PREBUILD_SAMPLING=0
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-NAME=$OUT/${CARD}_sglang${LINE//./}_serving_options_$CALL
+NAME=$OUT/${CARD}_sglang${LINE//./}_serving_options_$CALL${TAG:+_$TAG}
 SOAK_DIR=/tmp/gemma4-dflash-soak  # the detached soak's files, on the machine, until soak-collect copies them
 SOAK_NAME=$SOAK_DIR/${CARD}_sglang${LINE//./}_serving_options_soak${SOAK_SECONDS:-600}
 if [ "$CALL" = soak-start ]; then
@@ -48,7 +50,7 @@ if [ "$CALL" = soak-collect ]; then
   grep -E "ready in|did not start|soak:" $SOAK_DIR/*.stdout.txt | cut -c1-600
   exit 0
 fi
-timeout $TIMEOUT python3 scripts/gpu/serving_options.py --line $LINE --options $OPTS --stagger 20 --deadline 500 "${EXTRA[@]}" \
+timeout $TIMEOUT python3 scripts/gpu/serving_options.py --line $LINE --options $OPTS --stagger 20 --deadline ${DEADLINE:-500} "${EXTRA[@]}" \
   --out $NAME.json > $NAME.stdout.txt 2>&1
 echo "exit $?"
 grep -E "ready in|did not start|: (exact|refused-clearly|fails|not run)|soak:|verdicts:" $NAME.stdout.txt | cut -c1-400
