@@ -38,6 +38,11 @@ REFUSAL = "ValueError: DFLASH speculative decoding does not support return_logpr
         ({"identical": [], "finish_equal": []}, "fails"),  # nothing ran
         ({"refusals": [REFUSAL]}, "refused-clearly"),
         ({"refusals": [REFUSAL], "identical": [False, True, True]}, "fails"),
+        (
+            {"identical": [True, False, True], "finish_equal": [True, False, True], "ties": [False, True, False]},
+            "exact",
+        ),
+        ({"identical": [False, False, True], "ties": [False, True, False]}, "fails"),  # one difference is no tie
         ({"refusals": ["HTTP 500"]}, "fails"),  # says nothing
         ({"refusals": ["http://127.0.0.1:20000/generate: HTTP 500: Internal Server Error"]}, "fails"),
         ({"refusals": ['http://h:1/generate: HTTP 400: {"error": {"message": "no"}}']}, "fails"),
@@ -94,6 +99,14 @@ def test_row_has_the_issue_fields_and_counts():
     exact = sm.make_row(option, sglang="0.5.17", pair="text", comparisons=[comparison()], accept_lengths=[8.0],
                         refusals=[], errors=[], plain_start_error=None, dflash_start_error=None, path={})  # fmt: skip
     assert exact["verdict"] == "exact" and exact["first_difference"] is None
+    tie = {**comparison(False, False, index=1), "tie": True}  # a tie of the target's fp32 logits
+    tied = sm.make_row(option, sglang="0.5.17", pair="text", comparisons=[comparison(), tie], accept_lengths=[8.0],
+                       refusals=[], errors=[], plain_start_error=None, dflash_start_error=None, path={})  # fmt: skip
+    assert tied["verdict"] == "exact" and tied["identical"] == {"count": 1, "total": 2}
+    assert tied["first_difference"] is None and [t["prompt"] for t in tied["ties"]] == [1]
+    mixed = sm.make_row(option, sglang="0.5.17", pair="text", comparisons=[comparison(False), tie], accept_lengths=[],
+                        refusals=[], errors=[], plain_start_error=None, dflash_start_error=None, path={})  # fmt: skip
+    assert mixed["verdict"] == "fails" and mixed["first_difference"]["prompt"] == 0
     assert set(sm.ROW_KEYS) <= set(sm.not_run_row(option, "0.5.17", "text", "deadline"))
 
 
@@ -268,6 +281,53 @@ def test_no_pdl_tuning_keeps_the_default_tilings_but_pdl(tmp_path, monkeypatch):
     assert tuning.tuning_file_rows(path)
     for batch, default in defaults.items():
         assert tuning.default_tuning(TINY.head_dim, batch) == dataclasses.replace(default, pdl=0)
+
+
+@pytest.fixture(scope="module")
+def tiny_targets(tmp_path_factory):
+    """The tiny target in transformers, fp32 and bf16 (CPU)."""
+    import torch
+    from sglang_gemma4_dflash_testkit.tiny import write_tiny_checkpoints
+    from transformers import AutoModelForCausalLM
+
+    path = write_tiny_checkpoints(tmp_path_factory.mktemp("tiny"))["target"]
+    return {
+        d: AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, d)).eval() for d in ("float32", "bfloat16")
+    }
+
+
+def test_long_prompts_keep_the_plants_lookup_decided(tiny_targets):
+    """chunked_prefill's prompts: every row of their 48-token continuations has the planted lookup's gate well off
+    its threshold in fp32 and bf16. The seed they replaced (8) puts it at 0.02 on the 1200-token prompt, where the
+    GPU's DFLASH answer first differed from plain's with SGLang's kernel, the plugin's and stock alike: the screen
+    sees that one."""
+    from sglang_gemma4_dflash_testkit.tiny import min_lookup_gate
+
+    bos = TINY.bos_token_id
+    for model in tiny_targets.values():
+        prompts = sm.length_prompts(sm.LONG_PROMPTS, LOW, KEY, KEY, seed=sm.LONG_PROMPTS_SEED)
+        assert min(min_lookup_gate(model, [bos] + p, 48) for p in prompts) > 1.5
+        old = sm.length_prompts(sm.LONG_PROMPTS, LOW, KEY, KEY, seed=8)[5]
+        assert abs(min_lookup_gate(model, [bos] + old, 48)) < 0.05
+
+
+def test_target_decision_tells_a_logit_tie_from_a_clear_choice(tiny_targets):
+    """The json_schema answer that differed on the GPU: at its first difference the target's fp32 logits for
+    plain's token (288) and DFLASH's (212) are 0.0002 apart (a tie; bf16 picks 212). The long prompt's difference
+    (187 vs 144) is no logit tie (8.5 apart in fp32), but its lookup gate sits at 0.02 and bf16 answers 144."""
+    from sglang_gemma4_dflash_testkit.tiny import decision
+
+    bos, fp32, bf16 = TINY.bos_token_id, tiny_targets["float32"], tiny_targets["bfloat16"]
+    json_prompt = [bos] + sm.length_prompts([6, 25, 50, 90], LOW, KEY, KEY, seed=16)[2]
+    json_plain = [104, 234, 288, 234, 288, 234, 288, 234, 212, 15, 92, 88, 15, 234] + [288, 234] * 5
+    tie = decision(fp32, json_prompt + json_plain, 288, 212)
+    assert tie["tie"] and abs(tie["logit_gap"]) < 0.001 and tie["lookup_gate"] > 5
+    assert decision(bf16, json_prompt + json_plain, 288, 212)["logit_gap"] < 0  # bf16 flips it
+    long_prompt = [bos] + sm.length_prompts(sm.LONG_PROMPTS, LOW, KEY, KEY, seed=8)[5]
+    long_plain = [134, 252, 124, 98, 113, 227, 99, 298, 155, 308, 215, 141, 201, 144]
+    clear = decision(fp32, long_prompt + long_plain, 187, 144)
+    assert not clear["tie"] and clear["logit_gap"] > 8 and clear["argmax"] == 187 and abs(clear["lookup_gate"]) < 0.05
+    assert decision(bf16, long_prompt + long_plain, 187, 144)["argmax"] == 144
 
 
 # --- the script's cases against a real SGLang CPU server --------------------------------------------------------

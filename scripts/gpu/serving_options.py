@@ -48,7 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import serving_matrix as sm  # noqa: E402
 from sglang_gemma4_dflash.attention.tuning import TUNING_ENV, default_tuning  # noqa: E402
 from sglang_gemma4_dflash.bench.client import HTTPRequestError, http_json, http_ok  # noqa: E402
-from sglang_gemma4_dflash_testkit import e2e  # noqa: E402
+from sglang_gemma4_dflash_testkit import e2e, tiny  # noqa: E402
 from sglang_gemma4_dflash_testkit.tiny import TINY, planted_continuation, successor_map  # noqa: E402
 
 LOW, HIGH, KEY = TINY.num_special_tokens, TINY.key_token_id, TINY.key_token_id  # ordinary ids: [LOW, HIGH)
@@ -74,6 +74,7 @@ JSON_SCHEMA = {
 }
 REGEX = "(yes|no)-[0-9]{2}"
 CAP = {"new_tokens": None}  # --cap-new-tokens: shorter generations for a dry run on a slow CPU
+TARGET = {"path": None, "models": {}, "lock": threading.Lock()}  # the tiny target in transformers, for decisions
 STOPPING = threading.Event()  # set on SIGTERM: no new server, no new option, no row from dying servers
 
 
@@ -223,6 +224,9 @@ def compare(out: CaseOut, pair: Pair, case: str, index: int, p, d, *, logprobs: 
             item["first_difference"].update(plain_ids=p["ids"][: diff + 8], dflash_ids=d["ids"][: diff + 8])
             if diff < min(len(p["ids"]), len(d["ids"])) and "request" in p:
                 item["first_difference"]["plain_margin"] = replay_margin(pair.plain, p, diff, d["ids"][diff])
+                target = target_decision(p["request"]["input_ids"] + p["ids"][:diff], p["ids"][diff], d["ids"][diff])
+                item["first_difference"]["target"] = target
+                item["tie"] = bool(target.get("float32", {}).get("tie"))
     if logprobs and diff is None:
         worst, close = logprob_gap(p, d)
         item["logprob_max_abs_diff"] = worst
@@ -231,6 +235,28 @@ def compare(out: CaseOut, pair: Pair, case: str, index: int, p, d, *, logprobs: 
             item["first_difference"] = {"case": case, "prompt": index, "logprob_max_abs_diff": worst}
     out.comparisons.append(item)
     out.accepts.append(d.get("accept"))
+
+
+def target_decision(ids: list, plain_token: int, dflash_token: int) -> dict:
+    """The tiny target's own decision there (transformers on the CPU, fp32 and bf16, one forward over plain's
+    prefix): the logit gap between the two tokens, a tie (fp32 gap under tiny.TIE_LOGIT_GAP: greedy decoding is not
+    defined there, whatever the kernels), its argmax and the planted lookup's gate."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if TARGET["path"] is None:
+        return {"skipped": "no tiny target path"}
+    try:
+        with TARGET["lock"]:
+            out = {}
+            for name in ("float32", "bfloat16"):
+                if name not in TARGET["models"]:
+                    dtype = getattr(torch, name)
+                    TARGET["models"][name] = AutoModelForCausalLM.from_pretrained(TARGET["path"], dtype=dtype).eval()
+                out[name] = tiny.decision(TARGET["models"][name], ids, plain_token, dflash_token)
+            return out
+    except Exception as e:  # a diagnosis: never the reason a row fails
+        return {"error": f"{type(e).__name__}: {e}"[:300]}
 
 
 def replay_margin(url: str, p: dict, index: int, dflash_token: int) -> dict:
@@ -297,8 +323,7 @@ def case_shared_prefix(pair: Pair, out: CaseOut) -> None:
 
 
 def case_long_prompts(pair: Pair, out: CaseOut) -> None:
-    lengths = [1024, 2900, 1500, 2048, 2600, 1200]
-    prompts = [payload(x, 48) for x in sm.length_prompts(lengths, LOW, HIGH, KEY, seed=8)]
+    prompts = [payload(x, 48) for x in sm.length_prompts(sm.LONG_PROMPTS, LOW, HIGH, KEY, seed=sm.LONG_PROMPTS_SEED)]
     p1, d1 = on_both(pair, prompts[:2], concurrent=False)
     p2, d2 = on_both(pair, prompts[2:], concurrent=True)
     for i, (p, d) in enumerate(zip(p1 + p2, d1 + d2)):
@@ -930,6 +955,7 @@ def main(argv=None) -> None:
 
     paths = {k: str(v) for k, v in write_tiny_checkpoints(args.tiny_dir).items()}
     paths["target_eos"] = eos_variant(paths["target"], eos_token())
+    TARGET["path"] = paths["target"]
     paths["target_mm_eos"] = eos_variant(paths["target_mm"], eos_token())
     log_dir = os.path.abspath(args.out) + ".logs"
     shutil.rmtree(log_dir, ignore_errors=True)  # logs are appended to: a run's folder holds its own only

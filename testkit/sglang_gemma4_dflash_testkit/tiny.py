@@ -559,3 +559,58 @@ def margin_report(
             report.margins.append(margins)
             report.follows_plant.append(tokens == planted_continuation(prompt_ids, max_new_tokens, seed))
     return report
+
+
+# --------------------------------------------------------------------------- the plant's own decision
+
+TIE_LOGIT_GAP = 0.02  # fp32 logits closer than this (about 5 bf16 steps at the tiny target's logit scale): a tie
+
+
+def _forward_gates(model, ids, spec: TinySpec):
+    """One forward of a transformers target over ``ids``: its logits and the planted lookup's gate per position."""
+    import torch
+
+    mlp = next(m for n, m in model.named_modules() if n.endswith(f"layers.{tiny_plant.MODE_LAYER}.mlp"))
+    seen = {}
+
+    def keep_input(module, args, out):  # returns None: the layer's output stays its own
+        seen["x"] = args[0].detach()
+
+    hook = mlp.register_forward_hook(keep_input)
+    try:
+        with torch.no_grad():
+            logits = model(torch.tensor([list(ids)])).logits[0].float()
+    finally:
+        hook.remove()
+    rows, key_seen = [], False
+    for token in ids:
+        key_seen = key_seen or token == spec.key_token_id
+        rows.append(int(key_seen) * spec.vocab_size + int(token))
+    gates = (seen["x"][0].float() * mlp.gate_proj.weight.float()[torch.tensor(rows)]).sum(-1)
+    return logits, gates.tolist()
+
+
+def lookup_gates(model, ids, spec: TinySpec = TINY) -> list[float]:
+    """The planted lookup's gate at every position of ``ids``: the pre-activation of the ``MODE_LAYER`` MLP row for
+    (that position's token, the mode so far). That row swaps the token's code for its successor's; near 0 it half
+    fires and rounding picks the next token (the token itself or its successor), however wide the logits' margin.
+    Healthy rows sit at about 2-12."""
+    return _forward_gates(model, ids, spec)[1]
+
+
+def min_lookup_gate(model, prompt_ids, num_tokens: int, seed: int = 0, spec: TinySpec = TINY) -> float:
+    """The smallest gate over the rows that predict ``prompt_ids``' planted continuation of ``num_tokens``: under
+    about 1, plain greedy decoding itself is barely decided there (bf16 kernels may differ), so a prompt for an
+    identity check should stay above it."""
+    ids = list(prompt_ids) + planted_continuation(prompt_ids, num_tokens, seed, spec)
+    return min(lookup_gates(model, ids, spec)[len(prompt_ids) - 1 : -1])
+
+
+def decision(model, ids, token: int, other: int, spec: TinySpec = TINY) -> dict:
+    """How the target decides the token after ``ids``: its logit for ``token`` minus ``other``'s, whether that is a
+    tie (under ``TIE_LOGIT_GAP``: no bf16 kernel can be expected to break it as another does), the argmax, and the
+    planted lookup's gate at that row."""
+    logits, gates = _forward_gates(model, ids, spec)
+    gap = float(logits[-1, token] - logits[-1, other])
+    return {"logit_gap": round(gap, 5), "tie": abs(gap) < TIE_LOGIT_GAP, "argmax": int(logits[-1].argmax()),
+            "lookup_gate": round(gates[-1], 4)}  # fmt: skip
