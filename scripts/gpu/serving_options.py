@@ -791,32 +791,37 @@ def warm_up(url: str) -> None:
 
 
 def run_soak(setup: Setup, seconds: float, max_requests: int, shared: bool) -> dict:
+    """One DFLASH server under the mixed traffic of SOAK_KINDS, 16 in flight: `--soak-warmup` seconds of it (not
+    counted; PyTorch's allocator grows to the shapes it meets), then `seconds` of it, bounded by `max_requests`.
+    GPU memory at the start (after the warm-up), every 30 s and at the end; /health every 2 s; KV after the drain."""
     args = setup.args
     flags = base_flags(args.cpu, args.mem_fraction, False)
     flags += [] if args.cpu else e2e.dflash_args(setup.paths["draft"], BLOCK)
     server, error, ready_s = start_server(setup, "soak-dflash", setup.paths["target"], flags, {})
     if server is None:
         return {"error": error}
-    stats = {"sent": 0, "answered": 0, "failed": 0, "refused": 0, "aborted": 0, "by_kind": {}}
-    latencies, failures, lock, stop = [], [], threading.Lock(), threading.Event()
+    lock, stop = threading.Lock(), threading.Event()
     health = {"ok": 0, "failed": 0, "first_failures": []}
-    url, memory, kv_start, kv_after = server.base_url, {}, None, None
-    try:
-        pgid = server.process.pid
-        memory["at_ready"] = gpu_memory_mib(pgid)
-        warm_up(url)  # the allocator's pools grow with the first batches: "start" is after them
-        memory["start"] = gpu_memory_mib(pgid)
-        kv_start = kv_used_tokens(url)
-        deadline = min(time.time() + seconds, args.deadline_at - 60)
+    url, memory, kv_start, kv_after, pgid = server.base_url, {"samples": []}, None, None, server.process.pid
+    started = time.time()
 
-        def poll_health():
-            while not stop.is_set():
-                ok = http_ok(url + "/health", 30)
-                with lock:
-                    health["ok" if ok else "failed"] += 1
-                    if not ok and len(health["first_failures"]) < 10:
-                        health["first_failures"].append(time.strftime("%H:%M:%S"))
-                stop.wait(2.0)
+    def poll_health():
+        next_sample = time.time() + 30
+        while not stop.is_set():
+            ok = http_ok(url + "/health", 30)
+            with lock:
+                health["ok" if ok else "failed"] += 1
+                if not ok and len(health["first_failures"]) < 10:
+                    health["first_failures"].append(time.strftime("%H:%M:%S"))
+            if time.time() >= next_sample:
+                memory["samples"].append([round(time.time() - started), gpu_memory_mib(pgid).get("server")])
+                next_sample += 30
+            stop.wait(2.0)
+
+    def traffic(seconds: float, stats: dict, latencies: list, failures: list) -> float:
+        """The mixed traffic for `seconds` (or until `max_requests` are sent); returns how long it ran."""
+        deadline = min(time.time() + seconds, args.deadline_at - 60)
+        begun = time.time()
 
         def worker(seed: int):
             rng = random.Random(seed)
@@ -831,7 +836,7 @@ def run_soak(setup: Setup, seconds: float, max_requests: int, shared: bool) -> d
                 kind = rng.choices(kinds, weights)[0]
                 body, refusal_ok, abort_after = soak_request(kind, rng, prefix)
                 if abort_after is not None:
-                    body["rid"] = f"soak-{seed}-{n}"
+                    body["rid"] = f"soak-{seed}-{n}-{begun:.0f}"
                     threading.Timer(abort_after, lambda r=body["rid"]: _abort(url, r)).start()
                 res = post(url, body, 600)
                 res = res[0] if isinstance(res, list) else res
@@ -854,10 +859,25 @@ def run_soak(setup: Setup, seconds: float, max_requests: int, shared: bool) -> d
                         by["answered"] += 1
                         latencies.append(res["seconds"])
 
-        health_thread = threading.Thread(target=poll_health, daemon=True)
-        health_thread.start()
         with ThreadPoolExecutor(MAX_RUNNING) as pool:
             list(pool.map(worker, range(MAX_RUNNING)))
+        return round(time.time() - begun, 1)
+
+    def new_stats() -> dict:
+        return {"sent": 0, "answered": 0, "failed": 0, "refused": 0, "aborted": 0, "by_kind": {}}
+
+    stats, latencies, failures, warm = new_stats(), [], [], new_stats()
+    traffic_s = warmup_s = 0.0
+    try:
+        memory["at_ready"] = gpu_memory_mib(pgid)
+        health_thread = threading.Thread(target=poll_health, daemon=True)
+        health_thread.start()
+        warm_up(url)
+        warmup_s = traffic(args.soak_warmup, warm, [], []) if args.soak_warmup > 0 else 0.0
+        drained_kv(url, 30)
+        memory["start"] = gpu_memory_mib(pgid)
+        kv_start = kv_used_tokens(url)
+        traffic_s = traffic(seconds, stats, latencies, failures)
         stop.set()
         health_thread.join(timeout=40)
         kv_after = drained_kv(url, 30)
@@ -871,6 +891,9 @@ def run_soak(setup: Setup, seconds: float, max_requests: int, shared: bool) -> d
         **stats,
         "ready_s": ready_s,
         "seconds": seconds,
+        "traffic_s": traffic_s,
+        "ended_by": "count" if stats["sent"] >= max_requests else "time",
+        "warmup": {"seconds": warmup_s, "sent": warm["sent"], "failed": warm["failed"]},
         "failures": failures,
         "latency_s": {"p50": sm.percentile(latencies, 50), "p99": sm.percentile(latencies, 99)},
         "gpu_memory_mib": {
@@ -928,7 +951,10 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--deadline", type=float, default=560.0, help="no new server or option after this (s)")
     parser.add_argument("--soak", type=float, default=0.0, help="seconds of mixed traffic on one more DFLASH server")
-    parser.add_argument("--soak-max-requests", type=int, default=20000)
+    parser.add_argument("--soak-max-requests", type=int, default=60000)
+    parser.add_argument(
+        "--soak-warmup", type=float, default=60.0, help="seconds of the soak's traffic before its start is measured"
+    )
     parser.add_argument(
         "--soak-shared",
         action="store_true",

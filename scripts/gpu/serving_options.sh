@@ -37,9 +37,9 @@ SOAK_DIR=/tmp/gemma4-dflash-soak  # the detached soak's files, on the machine, u
 SOAK_NAME=$SOAK_DIR/${CARD}_sglang${LINE//./}_serving_options_soak${SOAK_SECONDS:-600}
 if [ "$CALL" = soak-start ]; then
   rm -rf $SOAK_DIR && mkdir -p $SOAK_DIR
-  # SOAK_SECONDS (600) of traffic after the server's start and warm-up; the other calls' servers share the GPU (--soak-shared)
-  setsid nohup timeout 900 python3 scripts/gpu/serving_options.py --line $LINE --options none --soak ${SOAK_SECONDS:-600} \
-    --deadline 840 --soak-shared --port-base 44000 --out $SOAK_NAME.json > $SOAK_NAME.stdout.txt 2>&1 < /dev/null &
+  # SOAK_SECONDS (600) of traffic after the server's start and a 60 s warm-up of the same traffic; the other calls' servers share the GPU (--soak-shared)
+  setsid nohup timeout 960 python3 scripts/gpu/serving_options.py --line $LINE --options none --soak ${SOAK_SECONDS:-600} \
+    --deadline 900 --soak-shared --port-base 44000 --out $SOAK_NAME.json > $SOAK_NAME.stdout.txt 2>&1 < /dev/null &
   echo "soak started (pid $!): $SOAK_NAME.json"
   exit 0
 fi
