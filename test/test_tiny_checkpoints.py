@@ -123,6 +123,19 @@ def test_greedy_follows_the_planted_map_with_margin(tiny_dir):
     assert len(set(report.tokens[0])) == len(report.tokens[0])
 
 
+def test_default_prompts_keep_the_plants_lookup_decided(tiny_dir):
+    """The logits' margin can hide an undecided plant (a lookup gate near 0 with logits 8 apart: the serving
+    matrix's seed-8 long prompt): the GPU identity runs' prompts keep every gate of a 48-token continuation >= 1.5."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_dir["target"])
+    for dtype in (torch.float32, torch.bfloat16):
+        model = AutoModelForCausalLM.from_pretrained(tiny_dir["target"], dtype=dtype).eval()
+        gates = [tiny.min_lookup_gate(model, tokenizer(p).input_ids, 48) for p in tiny.DEFAULT_PROMPTS]
+        assert min(gates) >= 1.5, (dtype, gates)
+
+
 def test_context_moves_the_logits_not_the_argmax(tiny_dir):
     """Attention and the other layers are live: two prompts that end in the same token get
     different logits, yet the same planted next token."""
