@@ -2,7 +2,7 @@
 whether plain greedy decoding is decided there at all.
 
     python scripts/explain_difference.py --lengths 1024,2900,1500,2048,2600,1200 --seed 8 --prompt 5 \\
-        --plain 134,252,124,98,113,227,99,298,155,308,215,141,201,144,187 --dflash 144,144,144,187
+        --plain 134,252,124,98,113,227,99,298,155,308,215,141,201,144,187 --dflash 144,144,187,67
 
 The prompt is rebuilt as `serving_options.py` builds it (`serving_matrix.length_prompts`, BOS first); `--plain` is
 plain's output up to and including its token at the first difference (the row's `first_difference.plain_ids[: index

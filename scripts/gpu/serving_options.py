@@ -652,8 +652,8 @@ def run_group(setup: Setup, pair_name: str, options: list, save) -> None:
     flags = base_flags(args.cpu, args.mem_fraction, target == "mm") + list(first.flags)
     dflash_flags = flags + ([] if args.cpu else e2e.dflash_args(setup.paths["draft"], BLOCK))
     env = dict(first.env, **{"stock": {"SGLANG_PLUGINS": "some_other_name"}, "nokernel": {sm.BLOCK_ATTENTION_ENV: "0"},
-                             "nopdl": {TUNING_ENV: no_pdl_tuning(setup.log_dir)}, "ci": {"SGLANG_IS_IN_CI": "1"}}
-               .get(variant, {}))  # fmt: skip
+                             "nopdl": {TUNING_ENV: no_pdl_tuning(setup.log_dir) if variant == "nopdl" else ""},
+                             "ci": {"SGLANG_IS_IN_CI": "1"}}.get(variant, {}))  # fmt: skip
     if time.time() > args.deadline_at or STOPPING.is_set():
         for o in options:
             save(o, sm.not_run_row(o, args.sglang, pair_name, "deadline reached before its servers started"))
