@@ -5,6 +5,7 @@ copies run ahead of its arithmetic.
     python scripts/kernel_resources.py --out benchmarks/sm90_block_kernel_resources.json            # the defaults
     python scripts/kernel_resources.py --dtype fp8      # an fp8 cache's defaults (bf16 q, e4m3 cache)
     python scripts/kernel_resources.py --variants target-global:32,64,8,3,1,64     # m,n,warps,stages,dv_parts,d_chunk
+    python scripts/kernel_resources.py --dtype fp8 --variants target-global:64,32,4,5,2,64,1   # ...,fp8_dot16
 
 The kernel is compiled as Triton's JIT specialises it at run time: every pointer 16-byte aligned and every stride a
 multiple of 16 (true of SGLang's caches and of q, k and v at Gemma 4's head dims). Without that (before 2026-12-04)
@@ -102,6 +103,7 @@ def compile_fwd(bk, kind: str, tuning, dtype: str = "bf16") -> dict:
         "kind": kind,
         "dtype": dtype,
         **{k: getattr(tuning, k) for k in ("m_tile", "block_n", "num_warps", "num_stages", "dv_parts", "d_chunk")},
+        "fp8_dot16": tuning.fp8_dot16,
         "programs_per_sm": tuning.programs_per_sm,  # what the split count is planned for; blocks_per_sm: what fits
         "rows_per_program": constants["M_TILE"],
         "shared_bytes": shared,
@@ -178,7 +180,7 @@ def main() -> None:
         "--variants",
         nargs="*",
         default=[],
-        help="[KIND:]m_tile,block_n,num_warps,num_stages,dv_parts[,d_chunk]",
+        help="[KIND:]m_tile,block_n,num_warps,num_stages,dv_parts[,d_chunk[,fp8_dot16]]",
     )
     ap.add_argument(
         "--dtype",
@@ -210,9 +212,8 @@ def main() -> None:
         kind = kind or args.kind
         if kind not in KINDS:
             ap.error(f"variant {v!r}: name its kind (--kind, or KIND:fields) from {sorted(KINDS)}")
-        m, n, w, s, p, *rest = map(int, fields.split(","))
-        c = rest[0] if rest else 0
-        tuning = tiling.Tuning(m_tile=m, block_n=n, num_warps=w, num_stages=s, dv_parts=p, d_chunk=c)
+        m, n, w, s, p, c, dot16 = (list(map(int, fields.split(","))) + [0, 0])[:7]
+        tuning = tiling.Tuning(m_tile=m, block_n=n, num_warps=w, num_stages=s, dv_parts=p, d_chunk=c, fp8_dot16=dot16)
         jobs.append((kind, "variant", tuning))
     rows = []
     with multiprocessing.get_context("spawn").Pool(args.jobs, _worker_init, (args.kernel,)) as pool:

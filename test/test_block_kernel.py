@@ -8,6 +8,7 @@ whole contexts, blocks at the start of a context, ragged batches.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -399,6 +400,18 @@ def test_fp8_cache_matches_reference(name):
     case, tuning, splits = fp8_case(name)
     err = rel_err(run_kernel(case, splits=splits, tuning=tuning), reference(case))
     assert err < FP8_LIMIT[case.k_buffer.dtype], f"{name}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("name", list(FP8_CASES))
+def test_fp8_dots_in_16_bits_take_the_same_products(name):
+    """``fp8_dot16``: q and the weights rounded to the cache's type, then dotted in q's type with the cache raised to
+    it: the fp8 dots' products exactly, so both answers agree to the accumulation's rounding (1e-3, far inside the
+    fp8 tolerance; dropping either rounding to fp8 moves the answer by about 1e-2)."""
+    case, tuning, splits = fp8_case(name)
+    fp8 = run_kernel(case, splits=splits, tuning=tuning)
+    dot16 = run_kernel(case, splits=splits, tuning=dataclasses.replace(tuning, fp8_dot16=1))
+    err = rel_err(dot16, fp8.float())
+    assert err < 1e-3 and rel_err(dot16, reference(case)) < FP8_LIMIT[case.k_buffer.dtype], (name, err)
 
 
 def test_an_fp8_cache_gets_the_fp8_defaults(monkeypatch):

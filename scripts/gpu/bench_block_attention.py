@@ -217,6 +217,7 @@ SWEEP_GRID = {  # option -> Tuning field; each option is a comma list
     "max_splits": "max_splits",
     "pdls": "pdl",
     "block_splits": "block_split",
+    "fp8_dot16s": "fp8_dot16",
 }
 
 
@@ -276,6 +277,7 @@ def main() -> None:
     ap.add_argument("--sweep-max-splits", default="32", help="the most context splits a launch takes")
     ap.add_argument("--sweep-pdls", default="0", help="programmatic dependent launch off / on: 0,1")
     ap.add_argument("--sweep-block-splits", default="0", help="the block in a split of its own off / on: 0,1")
+    ap.add_argument("--sweep-fp8-dot16s", default="0", help="an fp8 cache's dots in fp8 / in q's 16-bit type: 0,1")
     ap.add_argument("--sweep-around-default", action="store_true", help="vary only the lists given, from each "
                     "point's default tiling")  # fmt: skip
     ap.add_argument("--pick-out", help="after the sweep, write the fastest variants here as a tuning file")

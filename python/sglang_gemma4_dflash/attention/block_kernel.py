@@ -89,6 +89,7 @@ def _scores(
     M_TILE: tl.constexpr,
     N: tl.constexpr,
     KV_FP8: tl.constexpr,
+    DOT16: tl.constexpr,
     FP8_EXACT: tl.constexpr,
     FP8_EPS: tl.constexpr,
     FP8_TINY: tl.constexpr,
@@ -96,7 +97,8 @@ def _scores(
 ):
     """q . k for a [M_TILE, N] tile; ``q_rows`` / ``k_cols`` point at each row's / key's first element. With
     ``BLOCK_DC < BLOCK_D`` the head dim goes in slices, q's slices read again (``q`` is then unused). ``KV_FP8``:
-    fp8 keys, each q slice cast to their type (a whole ``q`` comes cast)."""
+    fp8 keys, each q slice cast to their type (a whole ``q`` comes cast); ``DOT16``: the cast q slice back in q's
+    type and the keys raised to it, so the dot runs in 16 bits on the same values."""
     if BLOCK_DC == BLOCK_D:
         offs = tl.arange(0, BLOCK_D)
         k = tl.load(k_cols + offs[:, None], mask=k_ok[None, :] & (offs < D)[:, None], other=0.0)
@@ -107,7 +109,10 @@ def _scores(
         qc = tl.load(q_rows + offs[None, :], mask=q_ok[:, None] & (offs < D)[None, :], other=0.0)
         kc = tl.load(k_cols + offs[:, None], mask=k_ok[None, :] & (offs < D)[:, None], other=0.0)
         if KV_FP8:
-            qc = _fp8_rounded(qc, FP8_EXACT, FP8_EPS, FP8_TINY, FP8_MAX).to(kc.dtype)
+            q8 = _fp8_rounded(qc, FP8_EXACT, FP8_EPS, FP8_TINY, FP8_MAX).to(kc.dtype)
+            if DOT16:
+                q8 = q8.to(qc.dtype)
+            qc = q8
         scores += tl.dot(qc, kc.to(qc.dtype))
     return scores
 
@@ -123,13 +128,16 @@ def _online_softmax_step(
     v_scale,
     SCALE_V: tl.constexpr,
     P_FP8: tl.constexpr,
+    DOT16: tl.constexpr,
     FP8_EXACT: tl.constexpr,
     FP8_EPS: tl.constexpr,
     FP8_TINY: tl.constexpr,
     FP8_MAX: tl.constexpr,
+    TYPE16: tl.constexpr,
 ):
     """Fold one tile of scores (log2 domain, ``visible`` masked out) and its values into (m, l, acc): the weights
-    cast to ``v``'s type (``P_FP8``: an fp8 type), their dot with ``v`` times ``v_scale`` where ``SCALE_V``."""
+    cast to ``v``'s type (``P_FP8``: an fp8 type), their dot with ``v`` times ``v_scale`` where ``SCALE_V``.
+    ``DOT16``: the cast weights and ``v`` both raised to ``TYPE16`` for the dot (the same products)."""
     qk = tl.where(visible, qk, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -138,7 +146,10 @@ def _online_softmax_step(
     l_i = l_i * alpha + tl.sum(p, 1)
     if P_FP8:
         p = _fp8_rounded(p, FP8_EXACT, FP8_EPS, FP8_TINY, FP8_MAX)
-    pv = tl.dot(p.to(v.dtype), v)
+    p = p.to(v.dtype)
+    if DOT16:
+        p, v = p.to(TYPE16), v.to(TYPE16)
+    pv = tl.dot(p, v)
     if SCALE_V:
         pv = pv * v_scale
     acc = acc * alpha[:, None] + pv
@@ -192,6 +203,7 @@ def _block_attn_fwd(
     PDL: tl.constexpr,  # launched early; the lengths (forward metadata, written long before) are read before waiting
     BLOCK_SPLIT: tl.constexpr,
     KV_FP8: tl.constexpr,  # an fp8 cache: q and the weights cast to its type for the context's dots
+    FP8_DOT16: tl.constexpr,  # ... and those dots run in q's type on the cast values (Tuning.fp8_dot16)
     SCALE_V: tl.constexpr,  # v_scale != 1
     FP8_EXACT: tl.constexpr,  # the interpreter: fp8 casts rounded first (_fp8_rounded)
     FP8_EPS: tl.constexpr,
@@ -228,6 +240,8 @@ def _block_attn_fwd(
         q = tl.load(q_rows + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
         if KV_FP8:  # in the context's type (the block's own keys read q again: one copy held, not two)
             q = _fp8_rounded(q, FP8_EXACT, FP8_EPS, FP8_TINY, FP8_MAX).to(K_buf.dtype.element_ty)
+            if FP8_DOT16:
+                q = q.to(Q.dtype.element_ty)
     else:
         q = tl.zeros([M_TILE, 16], Q.dtype.element_ty)  # unused: the slices are read where they are needed
     m_i = tl.full([M_TILE], float("-inf"), tl.float32)
@@ -242,8 +256,8 @@ def _block_attn_fwd(
         n_ok = offs_n < end
         slot = tl.load(kv_indices + kv_start + offs_n, mask=n_ok, other=0).to(tl.int64)
         k_cols = K_buf + slot[None, :] * stride_kbt + kv_head * stride_kbh
-        qk = _scores(q, q_rows, k_cols, row_ok, n_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_N, KV_FP8, FP8_EXACT,
-                     FP8_EPS, FP8_TINY, FP8_MAX) * ctx_qk_scale  # fmt: skip
+        qk = _scores(q, q_rows, k_cols, row_ok, n_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_N, KV_FP8, FP8_DOT16,
+                     FP8_EXACT, FP8_EPS, FP8_TINY, FP8_MAX) * ctx_qk_scale  # fmt: skip
         visible = row_ok[:, None] & n_ok[None, :]
         if WINDOW >= 0:
             visible &= (ctx_len + pos)[:, None] - offs_n[None, :] <= WINDOW
@@ -255,8 +269,9 @@ def _block_attn_fwd(
         if not KV_FP8:
             v = v.to(Q.dtype.element_ty)
         m_i, l_i, acc = _online_softmax_step(
-            qk, visible, m_i, l_i, acc, v, v_scale, SCALE_V, KV_FP8, FP8_EXACT, FP8_EPS, FP8_TINY, FP8_MAX
-        )
+            qk, visible, m_i, l_i, acc, v, v_scale, SCALE_V, KV_FP8, FP8_DOT16, FP8_EXACT, FP8_EPS, FP8_TINY,
+            FP8_MAX, Q.dtype.element_ty,
+        )  # fmt: skip
 
     # The block's own tokens, in the last split.
     if split == used - 1:
@@ -266,8 +281,8 @@ def _block_attn_fwd(
         if KV_FP8 and BLOCK_DC == BLOCK_D:
             q_blk = tl.load(q_rows + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
         k_cols = K_ext + (q_start + offs_j)[None, :].to(tl.int64) * stride_kt + kv_head * stride_kh
-        qk = _scores(q_blk, q_rows, k_cols, row_ok, j_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_Q, False, False, 0.0, 0.0,
-                     0.0) * blk_qk_scale  # fmt: skip
+        qk = _scores(q_blk, q_rows, k_cols, row_ok, j_ok, D, BLOCK_D, BLOCK_DC, M_TILE, BLOCK_Q, False, False, False, 0.0,
+                     0.0, 0.0) * blk_qk_scale  # fmt: skip
         visible = row_ok[:, None] & j_ok[None, :]
         if CAUSAL:
             visible &= offs_j[None, :] <= pos[:, None]
@@ -279,8 +294,9 @@ def _block_attn_fwd(
             other=0.0,
         )
         m_i, l_i, acc = _online_softmax_step(
-            qk, visible, m_i, l_i, acc, v.to(Q.dtype.element_ty), 1.0, False, False, False, 0.0, 0.0, 0.0
-        )
+            qk, visible, m_i, l_i, acc, v.to(Q.dtype.element_ty), 1.0, False, False, False, False, 0.0, 0.0, 0.0,
+            Q.dtype.element_ty,
+        )  # fmt: skip
 
     if DIRECT or used == 1:  # the whole context in this program: the normalised output, no merge
         out = acc * (1.0 / tl.where(l_i == 0.0, 1.0, l_i))[:, None]
@@ -440,6 +456,7 @@ def fwd_constants(
         PDL=bool(tuning.pdl),
         BLOCK_SPLIT=bool(tuning.block_split),
         KV_FP8=bool(kv_fp8),
+        FP8_DOT16=bool(kv_fp8 and tuning.fp8_dot16),
         SCALE_V=bool(scale_v),
         FP8_EXACT=False,
         FP8_EPS=0.0,

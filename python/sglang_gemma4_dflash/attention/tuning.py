@@ -24,6 +24,7 @@ class Tuning:
     d_chunk: int = 0  # >0: scores summed over head-dim slices this wide (smaller key tiles); 0: the whole head dim
     pdl: int = 0  # 1: programmatic dependent launch (sm_90+): each pass starts while the kernel before it ends
     block_split: int = 0  # 1: the block's own tokens in a split of their own where the context leaves one unused
+    fp8_dot16: int = 0  # 1: an fp8 cache's dots in q's 16-bit type, on the values the fp8 dots take (same products)
 
 
 def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2, kv_fp8: bool = False) -> Tuning:
@@ -44,8 +45,8 @@ def default_tuning(head_dim: int, batch: int, elem_bytes: int = 2, kv_fp8: bool 
 
 
 _POW2_FIELDS = ("m_tile", "block_n", "dv_parts", "num_warps", "d_chunk")
-# tl.dot's smallest tile; d_chunk 0: the whole head dim; pdl and block_split are switches
-_LEAST = {"m_tile": 16, "block_n": 16, "d_chunk": 0, "pdl": 0, "block_split": 0}
+# tl.dot's smallest tile; d_chunk 0: the whole head dim; pdl, block_split and fp8_dot16 are switches
+_LEAST = {"m_tile": 16, "block_n": 16, "d_chunk": 0, "pdl": 0, "block_split": 0, "fp8_dot16": 0}
 
 
 @functools.lru_cache(maxsize=4)
