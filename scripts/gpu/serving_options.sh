@@ -11,11 +11,11 @@
 #   OPTIONS=a,b bash scripts/gpu/serving_options.sh rerun  # 0.5.17: those options again: the plugin, stock and
 #                                                          # the kernel off (PAIRS) side by side; two reruns at
 #                                                          # once: TAG (file names) and PORT_BASE (20500) apart
-# The script itself stops at 560 s (575 for the soak call) (SIGTERM: it stops its servers and writes what it has).
+# The script itself stops at 560 s (TIMEOUT_S; 575 for the soak call) (SIGTERM: it stops its servers and writes what it has).
 # Writes $OUT/<card>_sglang<line>_serving_options_<call>.json, its .logs.tgz (every server's log) and the stdout.
 set -uo pipefail
 CALL=${1:?usage: serving_options.sh 1|2|soak|soak-start|soak-collect|rerun|0513}
-TIMEOUT=560
+TIMEOUT=${TIMEOUT_S:-560}  # a call that runs something after it: less
 OUT=${OUT:?set OUT to the folder for the results}
 BASE=default,long_prompts,radix_hits,long_gen,stops,logprobs,structured,sampling,queue_aborts
 case $CALL in
