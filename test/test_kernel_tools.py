@@ -13,6 +13,7 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
 from sglang_gemma4_dflash.attention import block_kernel
 from sglang_gemma4_dflash.attention import tuning as tilings
 
@@ -130,6 +131,19 @@ def test_pick_out_writes_a_tuning_file_the_kernel_reads(tmp_path, monkeypatch):
     monkeypatch.setenv(tilings.TUNING_ENV, str(path))
     assert tilings.default_tuning(128, 5) == tilings.Tuning(num_stages=5)
     assert tilings.default_tuning(512, 16) == tilings.Tuning(m_tile=64)
+
+
+def test_pick_out_of_an_fp8_sweep(monkeypatch):
+    """An fp8 cache's variants all sit near 2.4e-2 (the weights' cast): a pick exists, and a wrong one still loses."""
+    rows = [
+        sweep_row("target-global", 8192, 4, 0.5, 2.4e-2, default=True),
+        sweep_row("target-global", 8192, 4, 0.2, 2.5e-2, fp8_dot16=1),
+        sweep_row("target-global", 8192, 4, 0.1, 9e-2, num_stages=7),  # wrong: never picked
+    ]
+    monkeypatch.setattr(bench, "KV_DTYPE", torch.float8_e4m3fn)
+    assert [(r["fp8_dot16"], r["num_stages"]) for r in bench.pick_tunings(rows)] == [(1, 2)]
+    monkeypatch.setattr(bench, "KV_DTYPE", None)  # the 16-bit cap: none of these
+    assert bench.pick_tunings(rows) == []
 
 
 def test_sweep_around_a_default_varies_only_the_given_fields():

@@ -410,20 +410,23 @@ def use_kernel_file(path: str) -> None:
 
 PICK_FIGURES = ("swept_batch", "step_ms")
 PICK_ERR_LIMIT = 4e-3  # bf16 against the fp32 reference: the defaults and SGLang's extend kernel measured 2.1-2.3e-3
+PICK_ERR_CAP = {None: 1e-2, torch.float8_e4m3fn: 3e-2, torch.float8_e5m2: 5e-2}  # fp8: the weights' cast (2.4e-2)
 
 
 def pick_tunings(sweep: list) -> list:
     """A tuning file (tuning.tuning_file_rows) from sweep rows: per head dim and swept batch, the variant
     timed at every point of that batch (all kinds of that head dim) with the least time per step (ms x layers),
-    among those whose error is at most max(PICK_ERR_LIMIT, 1.25 x the default's at the point), never above 1e-2. A batch's rows
-    cover the batches nearer to it than to the next swept one (geometric midpoint)."""
+    among those whose error is at most max(PICK_ERR_LIMIT, 1.25 x the default's at the point), never above the cache
+    type's PICK_ERR_CAP. A batch's rows cover the batches nearer to it than to the next swept one (geometric
+    midpoint)."""
     fields = [f.name for f in dataclasses.fields(tilings.Tuning)]
     default_err = {(r["kind"], r["context"], r["batch"]): r["rel_err"] for r in sweep if r.get("default")}
     by_group: dict = {}
     for r in sweep:
         if r["ms"] is None or r["rel_err"] is None:
             continue
-        limit = min(1e-2, max(PICK_ERR_LIMIT, 1.25 * (default_err.get((r["kind"], r["context"], r["batch"])) or 0.0)))
+        default = default_err.get((r["kind"], r["context"], r["batch"])) or 0.0
+        limit = min(PICK_ERR_CAP[KV_DTYPE], max(PICK_ERR_LIMIT, 1.25 * default))
         group = by_group.setdefault((KINDS[r["kind"]]["head_dim"], r["batch"]), {"points": set(), "variants": {}})
         point = (r["kind"], r["context"])
         group["points"].add(point)
