@@ -403,6 +403,18 @@ def test_fp8_cache_matches_reference(name):
 
 
 @pytest.mark.parametrize("name", list(FP8_CASES))
+def test_fp8_scale_faults_fail_the_reference(name):
+    """The fp8 tolerance is tight enough to catch a scale applied twice (k_scale squared) or not applied (v_scale
+    1): the same faults planted in the kernel's code failed every case above (errors 0.22-2.6)."""
+    case, tuning, splits = fp8_case(name)
+    ref, limit = reference(case), FP8_LIMIT[case.k_buffer.dtype]
+    run = dict(splits=splits, tuning=tuning)
+    twice = run_kernel(dataclasses.replace(case, k_scale=case.k_scale**2), **run)
+    missing = run_kernel(dataclasses.replace(case, v_scale=1.0), **run)
+    assert rel_err(twice, ref) > 5 * limit and rel_err(missing, ref) > 5 * limit
+
+
+@pytest.mark.parametrize("name", list(FP8_CASES))
 def test_fp8_dots_in_16_bits_take_the_same_products(name):
     """``fp8_dot16``: q and the weights rounded to the cache's type, then dotted in q's type with the cache raised to
     it: the fp8 dots' products exactly, so both answers agree to the accumulation's rounding (1e-3, far inside the
