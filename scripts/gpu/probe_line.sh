@@ -2,15 +2,22 @@
 # Does an SGLang line's site run on the machine's torch? One call on the GPU machine, about 8 minutes at most:
 #
 #   bash scripts/gpu/probe_line.sh 0.5.23            # carry .gpu-site/0.5.23 and the plugin wheel
+#   CARRY=torch214 E2E_JOBS=text,mm,nokernel ACCEPT=1 DOCTOR=1 bash scripts/gpu/probe_line.sh 0.5.23
+#                                                    # with the line's torch, carried by carry.sh before this call
 #
 # 1. facts: Python, torch, triton, the card, g++;
-# 2. `source scripts/gpu/setup_site.sh LINE`, then each start-up import in its own interpreter (sglang, sgl_kernel,
-#    flashinfer.sampling, the model runner, the Gemma 4 models, the DFLASH worker, the plugin), error tails kept;
+# 2. `source scripts/gpu/setup_site.sh LINE`; with CARRY=NAME, the carried torch unpacked before the image's
+#    (carry.sh unpack NAME /tmp/NAME) and NCCL 2.30's stubs preloaded (torch_shims/build.sh nccl); then each start-up
+#    import in its own interpreter (sglang, sgl_kernel, flashinfer.sampling, the model runner, the Gemma 4 models,
+#    the DFLASH worker, the plugin), error tails kept (IMPORTS=0 skips them);
 # 3. if sgl_kernel does not import and SHIM=auto (default; SHIM=off skips it): build the torch 2.11 shim for
 #    sglang-kernel (scripts/gpu/torch_shims), import again, and compare four sgl_kernel ops with torch on the card;
-# 4. the tiny text pair (run_tiny_e2e.py --jobs text --parallel): plain, DFLASH with the plugin, DFLASH without it,
-#    token verdicts and accept lengths (E2E=0 skips it).
-# Writes $OUT/probe_LINE.json (each step: rc, seconds, error tail), probe_LINE.log and tiny_e2e_LINE.json.
+# 4. the tiny text pair (run_tiny_e2e.py --jobs E2E_JOBS --parallel, default text): plain, DFLASH with the plugin,
+#    DFLASH without it, token verdicts and accept lengths (E2E=0 skips it); ACCEPT=1: the drafting pair's accept
+#    length (run_tiny_accept.py, plain and the right pair); DOCTOR=1: `python3 -m sglang_gemma4_dflash.doctor`.
+# Its servers listen from port 46000 up, apart from serving_options.sh's (20000-44000), so both can share a call.
+# Writes $OUT/probe_LINE.json (each step: rc, seconds, error tail), probe_LINE.log, tiny_e2e_LINE.json and
+# tiny_accept_LINE.json.
 set -uo pipefail
 LINE=${1:?usage: probe_line.sh LINE}
 DEST=${OUT:-/tmp/probe-$LINE}
@@ -57,18 +64,24 @@ import json, os, sys
 line, steps, dest = sys.argv[1:]
 rows = [json.loads(x) for x in open(steps)]
 e2e = os.path.join(dest, f"tiny_e2e_{line}.json")
+accept = os.path.join(dest, f"tiny_accept_{line}.json")
+keys = ("accept_batch1", "accept_concurrent", "identical_to_plain", "follows_plant", "block_kernel_on", "error")
 summary = {
     "line": line,
     "torch": os.environ.get("TORCH_HERE"), "torch_pin": os.environ.get("TORCH_PIN"),
     "shim": os.environ.get("SGL_TORCH211_SHIM"),
+    "carried": os.environ.get("CARRY"), "ld_preload": os.environ.get("LD_PRELOAD"),
     "tree_core": os.environ.get("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", "rust"),
     "steps": rows,
     "failed": [r["step"] for r in rows if r["rc"] != 0],
     "tiny_e2e_verdicts": json.load(open(e2e)).get("verdicts") if os.path.exists(e2e) else None,
+    "tiny_accept": {v: {k: r.get(k) for k in keys} for v, r in json.load(open(accept))["variants"].items()}
+    if os.path.exists(accept) else None,
 }
 json.dump(summary, open(os.path.join(dest, f"probe_{line}.json"), "w"), indent=1)
 print("failed steps:", summary["failed"])
-print("verdicts:", json.dumps(summary["tiny_e2e_verdicts"])[:2000])
+print("verdicts:", json.dumps(summary["tiny_e2e_verdicts"])[:3000])
+print("accept:", json.dumps(summary["tiny_accept"])[:1000])
 PY
   rm -f "$DEST/.out" "$STEPS"
 }
@@ -78,6 +91,14 @@ triton.__version__, torch.cuda.get_device_name(0))"; g++ --version | head -1; nv
 step "setup_site.sh $LINE" 240 bash -c "source '$HERE/setup_site.sh' '$LINE'"
 [ -f "${SITE:-/tmp/sglang-$LINE-site}/.unpacked" ] || { finish; exit 1; }  # no site: nothing more to learn
 source "$HERE/setup_site.sh" "$LINE" >/dev/null 2>&1
+if [ -n "${CARRY:-}" ]; then  # the line's own torch, carried over in earlier calls
+  step "unpack carried $CARRY" 300 bash "$HERE/carry.sh" unpack "$CARRY" "/tmp/$CARRY" || { finish; exit 1; }
+  eval "$(bash "$HERE/carry.sh" unpack "$CARRY" "/tmp/$CARRY" 2>/dev/null)"
+  eval "$(bash "$HERE/torch_shims/build.sh" nccl)"
+  step "facts ($CARRY)" 120 python3 -c "import torch, triton; print('torch', torch.__version__, torch.__file__, \
+'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'nccl', torch.cuda.nccl.version(), \
+'triton', triton.__version__, torch.cuda.get_device_name(0), torch.ones(2, device='cuda').sum().item())"
+fi
 export PYTHONPATH=$PWD/testkit${PYTHONPATH:+:$PYTHONPATH}
 # SGLang's bundled Rust radix tree (rust_tree_core/mem_cache*.so, tch-rs over libtorch) is built for the line's torch
 # pin; on SGLang 0.5.23 with torch 2.11 it panics at the first insert (UnknownKind(27), seen on CPU): off the pin, the
@@ -89,13 +110,10 @@ if [ "$TORCH_PIN" != "$TORCH_HERE" ]; then
   export SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=${SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND:-python}
 fi
 echo "torch $TORCH_HERE here, SGLang $LINE pins $TORCH_PIN; tree core: ${SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND:-rust}"
-imports plain sglang sgl_kernel flashinfer.sampling $STARTUP
+[ "${IMPORTS:-1}" = 0 ] || imports plain sglang sgl_kernel flashinfer.sampling $STARTUP
 
-if ! python3 -c "import sgl_kernel" >/dev/null 2>&1 && [ "$SHIM" != off ]; then
-  step "build torch211 shim" 60 bash "$HERE/torch_shims/build.sh" sgl_kernel && \
-    eval "$(bash "$HERE/torch_shims/build.sh" sgl_kernel 2>/dev/null)"
-  imports shim sgl_kernel $STARTUP
-  step "sgl_kernel ops against torch (shim)" 120 python3 - <<'PY'
+ops_check() {  # four sgl_kernel ops against torch on the card
+  step "sgl_kernel ops against torch ($1)" 120 python3 - <<'PY'
 import torch, torch.nn.functional as F, sgl_kernel
 torch.manual_seed(0)
 x = torch.randn(37, 1536, device="cuda", dtype=torch.bfloat16)
@@ -117,10 +135,25 @@ print(errs)
 bad = {k: v for k, v in errs.items() if not v < 0.125}
 assert not bad, f"sgl_kernel ops disagree with torch: {bad}"
 PY
+}
+if ! python3 -c "import sgl_kernel" >/dev/null 2>&1 && [ "$SHIM" != off ]; then
+  step "build torch211 shim" 60 bash "$HERE/torch_shims/build.sh" sgl_kernel && \
+    eval "$(bash "$HERE/torch_shims/build.sh" sgl_kernel 2>/dev/null)"
+  imports shim sgl_kernel $STARTUP
+  ops_check shim
+elif [ -n "${CARRY:-}" ]; then
+  ops_check "$CARRY"
 fi
 
 if [ "$E2E" = 1 ]; then
-  step "tiny text pair: plain, DFLASH with and without the plugin" "$E2E_TIMEOUT" \
-    python3 "$HERE/run_tiny_e2e.py" --jobs text --parallel --out "$DEST/tiny_e2e_$LINE.json"
+  step "tiny pairs (${E2E_JOBS:-text}): plain, DFLASH with and without the plugin" "$E2E_TIMEOUT" \
+    python3 "$HERE/run_tiny_e2e.py" --jobs "${E2E_JOBS:-text}" --parallel --port-base 46000 \
+    --out "$DEST/tiny_e2e_$LINE.json"
 fi
+if [ "${ACCEPT:-0}" = 1 ]; then
+  step "drafting pair: accept length" "${ACCEPT_TIMEOUT:-240}" \
+    python3 "$HERE/run_tiny_accept.py" --variants plain,correct --port-base 60000 \
+    --out "$DEST/tiny_accept_$LINE.json"
+fi
+[ "${DOCTOR:-0}" = 1 ] && step doctor 120 python3 -m sglang_gemma4_dflash.doctor
 finish

@@ -10,6 +10,8 @@ Each job is one server. Job groups (--jobs):
   nooverlap  DFLASH with and without the plugin on both targets, with --disable-overlap-schedule
   nokernel   DFLASH with the plugin on both targets, its block attention kernel off
              (SGLANG_GEMMA4_DFLASH_BLOCK_ATTENTION=0; the other DFLASH jobs with the plugin run it)
+  dflash2    (SGLang 0.5.19+) the tiny draft as a DFlash2 draft (testkit tiny_dflash2: a candidate selector added)
+             on the text target, with the plugin and without it (upstream's candidate step raises on Gemma 4's head)
   stall      DFLASH with the plugin and SGLang's default sampling backend: one greedy request, then three sampled
              (temperature > 0) requests, each timed, and the JIT cache folders listed before and after; the text
              DFLASH job (--sampling-backend pytorch) times two sampled requests after its greedy suite
@@ -39,6 +41,7 @@ from sglang_gemma4_dflash.attention.backend_hooks import ENV as BLOCK_ATTENTION_
 from sglang_gemma4_dflash.bench import report as report_
 from sglang_gemma4_dflash_testkit import e2e
 from sglang_gemma4_dflash_testkit.tiny import TINY, planted_continuation, write_tiny_checkpoints
+from sglang_gemma4_dflash_testkit.tiny_dflash2 import write_dflash2_draft
 
 NUM_PROMPTS = 18
 CONCURRENT = 8
@@ -88,13 +91,25 @@ def jobs_for(groups: list[str]) -> list[dict]:
     """The servers to run; the first two (text DFLASH with the plugin, then the stall job) start first."""
     jobs = []
 
-    def add(label, target, dflash, plugin=True, overlap=True, sampling="pytorch", stall=False, probe=False, env=None):
+    def add(
+        label,
+        target,
+        dflash,
+        plugin=True,
+        overlap=True,
+        sampling="pytorch",
+        stall=False,
+        probe=False,
+        env=None,
+        draft="draft",
+    ):
         env = dict(env or {}, **({} if plugin else {"SGLANG_PLUGINS": "some_other_name"}))
         jobs.append(
             {
                 "label": label,
                 "target": target,
                 "dflash": dflash,
+                "draft": draft,
                 "plugin": plugin,
                 "overlap": overlap,
                 "sampling": sampling,
@@ -122,6 +137,9 @@ def jobs_for(groups: list[str]) -> list[dict]:
         for target, name in (("target", "text"), ("target_mm", "mm")):
             add(f"{name}-dflash-plugin-nooverlap", target, True, overlap=False)
             add(f"{name}-dflash-noplugin-nooverlap", target, True, plugin=False, overlap=False)
+    if "dflash2" in groups:
+        add("text-dflash2-plugin", "target", True, draft="draft_dflash2")
+        add("text-dflash2-noplugin", "target", True, plugin=False, draft="draft_dflash2")
     return jobs
 
 
@@ -182,7 +200,7 @@ def run_job(job: dict, paths: dict, port: int, log_dir: str, piecewise: bool, re
     mm = job["target"] == "target_mm"
     args = common_args(mm, job["sampling"], piecewise)
     if job["dflash"]:
-        args += e2e.dflash_args(paths["draft"], TINY.block_size)
+        args += e2e.dflash_args(paths[job["draft"]], TINY.block_size)
     if not job["overlap"]:
         args.append("--disable-overlap-schedule")
     env = job["env"] or None
@@ -266,6 +284,7 @@ def main() -> None:
     parser.add_argument("--parallel", action="store_true", help="two jobs first, then all others at once")
     parser.add_argument("--piecewise", action="store_true", help="leave piecewise CUDA graphs on (slower start)")
     parser.add_argument("--cpu", action="store_true", help="dry run on CPU (SGLang refuses DFLASH there)")
+    parser.add_argument("--port-base", type=int, default=21000, help="server i listens on port-base + 1500 i")
     parser.add_argument("--tiny-dir", default=os.path.join(tempfile.gettempdir(), "tiny-gemma4-dflash"))
     args = parser.parse_args()
     e2e.stop_servers_on_sigterm()  # `timeout` must not leave a server holding the GPU
@@ -298,6 +317,8 @@ def main() -> None:
     log(f"versions {report['versions']}")
     log(f"hardware {report['hardware']['gpus']}")
     paths = {k: str(v) for k, v in write_tiny_checkpoints(args.tiny_dir).items()}
+    if any(j["draft"] == "draft_dflash2" for j in jobs):
+        paths["draft_dflash2"] = str(write_dflash2_draft(args.tiny_dir.rstrip("/") + "-dflash2"))
     report["checkpoints"] = paths
     save()
 
@@ -307,7 +328,7 @@ def main() -> None:
         if args.parallel and i >= FIRST_WAVE:  # the rest start once the first servers are up (JIT done)
             for event in ready[:FIRST_WAVE]:
                 event.wait()
-        res = run_job(jobs[i], paths, e2e.spaced_port(i), log_dir, args.piecewise, ready[i])
+        res = run_job(jobs[i], paths, e2e.spaced_port(i, base=args.port_base), log_dir, args.piecewise, ready[i])
         with lock:
             report["servers"][jobs[i]["label"]] = res
         save()
