@@ -233,6 +233,28 @@ def test_percentile_and_soak_goals():
     assert sm.soak_goals(shared)["memory_within_1pct"] is None
 
 
+def test_soak_server_builds_flashinfer_sampling_at_start(monkeypatch):
+    """The soak's server keeps the plugin's default build of flashinfer's sampling module at start-up, as a user's
+    server does; serving_options.sh turns it off for the matrix. With it off, the soak's first sampled request
+    stalled the scheduler 88 s on a fresh H100 and /health answered 503 four times."""
+    import types
+
+    import serving_options as so
+    from sglang_gemma4_dflash.dflash.sampling_prebuild import ENV
+
+    monkeypatch.setenv(ENV, "0")  # as serving_options.sh exports it
+    started = []
+
+    def start_server(setup, label, model, flags, env):
+        started.append(env)
+        return None, "not started in this test", 0.0
+
+    monkeypatch.setattr(so, "start_server", start_server)
+    setup = types.SimpleNamespace(args=types.SimpleNamespace(cpu=True, mem_fraction=0.6), paths={"target": "t"})
+    assert so.run_soak(setup, 1.0, 1, shared=False) == {"error": "not started in this test"}
+    assert [env.get(ENV) for env in started] == ["1"]
+
+
 def answer(ids, finish="length", **extra):
     return {"ids": ids, "text": "", "finish": {"type": finish}, "accept": 8.0, "seconds": 0.5, **extra}
 

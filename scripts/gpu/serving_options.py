@@ -48,6 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import serving_matrix as sm  # noqa: E402
 from sglang_gemma4_dflash.attention.tuning import TUNING_ENV, default_tuning  # noqa: E402
 from sglang_gemma4_dflash.bench.client import HTTPRequestError, http_json, http_ok  # noqa: E402
+from sglang_gemma4_dflash.dflash.sampling_prebuild import ENV as PREBUILD_ENV  # noqa: E402
 from sglang_gemma4_dflash_testkit import e2e, tiny  # noqa: E402
 from sglang_gemma4_dflash_testkit.tiny import TINY, planted_continuation, successor_map  # noqa: E402
 
@@ -797,11 +798,14 @@ def run_soak(setup: Setup, seconds: float, max_requests: int, shared: bool) -> d
     args = setup.args
     flags = base_flags(args.cpu, args.mem_fraction, False)
     flags += [] if args.cpu else e2e.dflash_args(setup.paths["draft"], BLOCK)
-    server, error, ready_s = start_server(setup, "soak-dflash", setup.paths["target"], flags, {})
+    # As a user's server: the plugin builds flashinfer's sampling module at start-up (serving_options.sh turns that off
+    # for the matrix). Without it the first sampled request stalled this scheduler 88 s on a fresh machine: 4 x 503.
+    server, error, ready_s = start_server(setup, "soak-dflash", setup.paths["target"], flags, {PREBUILD_ENV: "1"})
     if server is None:
         return {"error": error}
     lock, stop = threading.Lock(), threading.Event()
-    health = {"ok": 0, "failed": 0, "first_failures": []}
+    phase = ["warm-up"]  # then "traffic", "drain": where each /health failure fell
+    health = {"ok": 0, "failed": 0, "failed_by_phase": {}, "first_failures": []}
     url, memory, kv_start, kv_after, pgid = server.base_url, {"samples": []}, None, None, server.process.pid
     started = time.time()
 
@@ -811,8 +815,11 @@ def run_soak(setup: Setup, seconds: float, max_requests: int, shared: bool) -> d
             ok = http_ok(url + "/health", 30)
             with lock:
                 health["ok" if ok else "failed"] += 1
-                if not ok and len(health["first_failures"]) < 10:
-                    health["first_failures"].append(time.strftime("%H:%M:%S"))
+                if not ok:
+                    by_phase = health["failed_by_phase"]
+                    by_phase[phase[0]] = by_phase.get(phase[0], 0) + 1
+                    if len(health["first_failures"]) < 10:
+                        health["first_failures"].append(f"{time.strftime('%H:%M:%S')} ({phase[0]})")
             if time.time() >= next_sample:
                 memory["samples"].append([round(time.time() - started), gpu_memory_mib(pgid).get("server")])
                 next_sample += 30
@@ -877,7 +884,9 @@ def run_soak(setup: Setup, seconds: float, max_requests: int, shared: bool) -> d
         drained_kv(url, 30)
         memory["start"] = gpu_memory_mib(pgid)
         kv_start = kv_used_tokens(url)
+        phase[0] = "traffic"
         traffic_s = traffic(seconds, stats, latencies, failures)
+        phase[0] = "drain"
         stop.set()
         health_thread.join(timeout=40)
         kv_after = drained_kv(url, 30)

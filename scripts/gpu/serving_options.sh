@@ -30,6 +30,7 @@ case $CALL in
 esac
 CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && echo h200 || echo h100)
 source scripts/gpu/setup_site.sh $LINE >/dev/null || exit 1
+# the matrix's servers skip the plugin's flashinfer sampling build at start-up; the soak's server keeps it (serving_options.py)
 export PYTHONPATH=$PWD/testkit:$PYTHONPATH HF_HUB_OFFLINE=1 SGLANG_GEMMA4_DFLASH_PREBUILD_SAMPLING=0
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 NAME=$OUT/${CARD}_sglang${LINE//./}_serving_options_$CALL${TAG:+_$TAG}
