@@ -11,7 +11,8 @@
 #    import in its own interpreter (sglang, sgl_kernel, flashinfer.sampling, the model runner, the Gemma 4 models,
 #    the DFLASH worker, the plugin), error tails kept (IMPORTS=0 skips them);
 # 3. if sgl_kernel does not import and SHIM=auto (default; SHIM=off skips it): build the torch 2.11 shim for
-#    sglang-kernel (scripts/gpu/torch_shims), import again, and compare four sgl_kernel ops with torch on the card;
+#    sglang-kernel (scripts/gpu/torch_shims: the missing libtorch symbols, and the kernels routed from torch 2.11's
+#    CPU key to CUDA), import again, and compare four sgl_kernel ops with torch on the card;
 # 4. the tiny text pair (run_tiny_e2e.py --jobs E2E_JOBS --parallel, default text): plain, DFLASH with the plugin,
 #    DFLASH without it, token verdicts and accept lengths (E2E=0 skips it); ACCEPT=1: the drafting pair's accept
 #    length (run_tiny_accept.py, plain and the right pair); DOCTOR=1: `python3 -m sglang_gemma4_dflash.doctor`.
