@@ -6,6 +6,7 @@ symbols torch 2.11 lacks; after it and each of its submodules, it routes sgl_ker
 landed on (dispatch_keys.py) and says how many on stderr. An image's own sitecustomize still runs after it.
 """
 
+import functools
 import importlib.util
 import os
 import sys
@@ -15,15 +16,18 @@ _SHIM = os.environ.get("SGL_TORCH211_SHIM")
 _here = os.path.dirname(os.path.abspath(__file__))
 
 
+@functools.cache
+def _dispatch_keys():
+    spec = importlib.util.spec_from_file_location("dispatch_keys", os.path.join(_here, "dispatch_keys.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _route_after(exec_module):
     def exec_then_route(module):
         exec_module(module)
-        sys.path.insert(0, _here)
-        try:
-            import dispatch_keys
-        finally:
-            sys.path.remove(_here)
-        routed = dispatch_keys.route("sgl_kernel")
+        routed = _dispatch_keys().route("sgl_kernel")
         if routed:
             print(f"torch211 shim: {len(routed)} sgl_kernel ops routed from the CPU key to CUDA", file=sys.stderr)
 
