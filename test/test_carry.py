@@ -36,7 +36,7 @@ def test_carry_pack_check_unpack(tmp_path):
     missing = run("check", "t", env=env)
     assert missing.returncode == 3 and f"missing or damaged: {parts[1].name}" in missing.stderr
     assert f"{len(parts) - 1} of {len(parts)} parts whole" in missing.stderr
-    parts[1].write_bytes(held[:-1] + b"x")  # damaged
+    parts[1].write_bytes(held[:-1] + bytes([held[-1] ^ 1]))  # damaged: the last byte flipped
     assert run("check", "t", env=env).returncode == 3
     parts[1].write_bytes(held)
     assert run("check", "t", env=env).returncode == 0
