@@ -1,0 +1,290 @@
+"""Compile SGLang's triton kernels on the Gemma 4 DFLASH path for an H100/H200 (sm_90) here, without a GPU, with
+the Triton of this environment: does a line's kernel source compile with the GPU machine's Triton (3.6)?
+
+    python scripts/compile_sglang_kernels.py --out benchmarks/line_0523/triton36_compile_0.5.23.json
+
+Run it with the GPU machine's Python, torch and Triton (3.12, 2.11, 3.6.0) and the line's SGLang on the path, e.g. a
+site unpacked from .gpu-site/LINE (scripts/gpu/setup_site.sh). Each wrapper is called as the triton backend, the
+Gemma 4 layers and the DFLASH worker call it, on CPU tensors at the shapes below; every kernel it launches is
+compiled for sm_90 (as the JIT specialises it: the wrapper's own constexprs, dtypes and alignment) and then not
+launched. A compile says nothing of the kernel's answers or speed; a failure is a kernel that cannot run on that
+Triton at all. Wrappers that choose tilings by the device are told it is a CUDA 9.0 device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import platform
+import sys
+import traceback
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.runtime import driver
+from triton.runtime.jit import JITFunction
+
+SM90 = GPUTarget("cuda", 90, 32)
+# Gemma-4-31B's attention layers and z-lab's 31B draft (heads, kv heads, head dim, window), the tiny target's
+LAYERS = {
+    "31b-sliding": (32, 16, 256, 1024),
+    "31b-global": (32, 4, 512, -1),
+    "31b-draft": (64, 8, 128, -1),
+    "31b-draft-sliding": (64, 8, 128, 2048),
+    "tiny": (4, 2, 64, 16),
+}
+BLOCK = 16  # DFLASH block tokens
+
+
+class CompileOnlyDriver:
+    """What Triton's JIT asks of the driver before a launch, answered for one sm_90 device."""
+
+    def get_current_target(self):
+        return SM90
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_active_torch_device(self):
+        return torch.device("cpu")
+
+
+class Compiles:
+    """Every kernel a wrapper launches, compiled and not launched: (scenario, kernel) -> error or None."""
+
+    def __init__(self):
+        self.rows, self.scenario = [], None
+
+    def record(self, fn, kernel, error):
+        name = f"{fn.module}.{fn.fn.__qualname__}"
+        row = {"scenario": self.scenario, "kernel": name, "compiled": error is None}
+        if error is None:
+            row |= {"shared_bytes": kernel.metadata.shared, "num_warps": kernel.metadata.num_warps}
+        else:
+            row["error"] = error
+        if row not in self.rows:
+            self.rows.append(row)
+
+    @contextlib.contextmanager
+    def installed(self):
+        jit_run, active = JITFunction.run, driver._active
+
+        def run(fn, *args, grid, warmup, **kwargs):
+            try:
+                kernel = jit_run(fn, *args, grid=grid, warmup=True, **kwargs)
+            except Exception as e:  # a compile error, as the launch would raise it
+                self.record(fn, None, f"{type(e).__name__}: {str(e).strip()[-1500:]}")
+                return None
+            self.record(fn, kernel, None)
+            return None
+
+        driver.set_active(CompileOnlyDriver())
+        JITFunction.run = run
+        try:
+            yield self
+        finally:
+            JITFunction.run = jit_run
+            driver._active = active  # None: Triton finds the machine's driver on next use
+
+
+def kernels_module(name: str):
+    """A kernel module of this line (under sglang.kernels.ops), told it runs on a CUDA 9.0 device where it reads that
+    at import."""
+    module = importlib.import_module(f"sglang.kernels.ops.{name}")
+    if hasattr(module, "_is_cuda"):
+        module._is_cuda = True
+        module.CUDA_CAPABILITY = (9, 0)
+    return module
+
+
+@contextlib.contextmanager
+def tensors_say_cuda():
+    """For wrappers that assert ``x.is_cuda`` before launching."""
+    torch.Tensor.is_cuda = property(lambda self: True)
+    try:
+        yield
+    finally:
+        del torch.Tensor.is_cuda
+
+
+def kv_case(layer: str, prefix: int, extend: int, batch: int, cache: torch.dtype, q_dtype=torch.bfloat16):
+    heads, kv_heads, d, window = LAYERS[layer]
+    slots = batch * (prefix + extend) + 64
+    kv_lens = [prefix + extend] * batch
+    return {
+        "q": torch.zeros(batch * extend, heads, d, dtype=q_dtype),
+        "k": torch.zeros(batch * extend, kv_heads, d, dtype=q_dtype),
+        "v": torch.zeros(batch * extend, kv_heads, d, dtype=q_dtype),
+        "o": torch.zeros(batch * extend, heads, d, dtype=q_dtype),
+        "k_buffer": torch.zeros(slots, kv_heads, d, dtype=cache),
+        "v_buffer": torch.zeros(slots, kv_heads, d, dtype=cache),
+        "qo_indptr": torch.arange(batch + 1, dtype=torch.int32) * extend,
+        "kv_indptr": torch.tensor([0, *torch.tensor(kv_lens).cumsum(0).tolist()], dtype=torch.int32),
+        "kv_indices": torch.arange(sum(kv_lens), dtype=torch.int64),
+        "window": window,
+        "d": d,
+        "heads": heads,
+    }
+
+
+def extend(layer: str, cache: torch.dtype, mode: str):
+    """mode: prefill (causal, no prefix), verify (a prefix and a causal block), mask (0.5.11-0.5.13's custom verify
+    mask), draft (the draft's non-causal block over its context)."""
+    ea = kernels_module("attention.extend_attention")
+    prefix, n, batch = (0, 256, 1) if mode == "prefill" else (1000, BLOCK, 2)
+    case = kv_case(layer, prefix, n, batch, cache)
+    mask = offsets = None
+    if mode == "mask":
+        mask = torch.ones(batch * n * (prefix + n), dtype=torch.bool)
+        offsets = (
+            torch.zeros(batch, dtype=torch.int32) if case["window"] > 0 else None
+        )  # where the window's mask starts
+    ea.extend_attention_fwd(
+        case["q"], case["k"], case["v"], case["o"], case["k_buffer"], case["v_buffer"],
+        case["qo_indptr"], case["kv_indptr"], case["kv_indices"], mask, mode != "draft",
+        torch.arange(batch + 1, dtype=torch.int64) * n * (prefix + n) if mask is not None else None,
+        n, 1.0, 1.0, case["d"] ** -0.5, sliding_window_size=case["window"], window_kv_offsets=offsets,
+    )  # fmt: skip
+
+
+def decode(layer: str, cache: torch.dtype):
+    da = kernels_module("attention.decode_attention")
+    batch, splits = 4, 8
+    case = kv_case(layer, 1000, 1, batch, cache)
+    logits = torch.zeros(batch, case["heads"], splits, case["d"], dtype=torch.float32)
+    lse = torch.zeros(batch, case["heads"], splits, dtype=torch.float32)
+    num_splits = torch.full((batch,), splits, dtype=torch.int32)
+    da.decode_attention_fwd(
+        case["q"], case["k_buffer"], case["v_buffer"], case["o"], case["kv_indptr"], case["kv_indices"],
+        logits, lse, num_splits, splits, case["d"] ** -0.5, 1.0, 1.0,
+    )  # fmt: skip
+
+
+def gemma4_norms(layer: str, tokens: int):
+    """The fused q/k/v RMSNorm on strided slices of one qkv row (per head at <= 256 tokens, per token above), and
+    the fused residual norms of a decoder layer."""
+    ops = kernels_module("layernorm.gemma4_fused_ops")
+    heads, kv_heads, d, _ = LAYERS[layer]
+    qkv = torch.zeros(tokens, (heads + 2 * kv_heads) * d, dtype=torch.bfloat16)
+    q, k, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
+    weight = torch.ones(d, dtype=torch.bfloat16)
+    with tensors_say_cuda():
+        ops.gemma_qkv_rmsnorm(q, k, v, weight, weight, num_q_heads=heads, num_kv_heads=kv_heads, head_dim=d)
+        ops.gemma_qkv_rmsnorm(q, None, None, weight, None, num_q_heads=heads, num_kv_heads=kv_heads, head_dim=d)
+    hidden = 5376 if layer.startswith("31b") else 256
+    x, w = torch.zeros(tokens, hidden, dtype=torch.bfloat16), torch.ones(hidden, dtype=torch.bfloat16)
+    scalar = torch.ones(1, dtype=torch.bfloat16)
+    ops.gemma_rmsnorm_residual_scalar(x, w, x.clone(), scalar)
+    ops.gemma_dual_rmsnorm_residual_scalar(x, w, x.clone(), w, w, x.clone(), scalar)
+
+
+def gemma4_routing(tokens: int):
+    """Gemma-4-26B-A4B's router: 128 experts, top 8."""
+    ops = kernels_module("moe.gemma4_routing")
+    logits, scale = torch.zeros(tokens, 128, dtype=torch.bfloat16), torch.ones(128, dtype=torch.bfloat16)
+    ops.gemma4_fused_routing(logits, scale, 8)
+    ops.gemma_routing_post_topk(torch.zeros(tokens, 8), torch.zeros(tokens, 8, dtype=torch.int64), scale)
+
+
+def dflash_steps(batch: int):
+    """The DFLASH v2 worker's own kernels: the draft block's ids, positions and cache slots; accept and bonus; the
+    verify's cache slots; the compact draft's req_to_token."""
+    spec, cache_locs = kernels_module("speculative.dflash"), kernels_module("speculative.cache_locs")
+    req_to_token = torch.zeros(64, 4096, dtype=torch.int32)
+    pool = torch.arange(batch, dtype=torch.int64)
+    prefix_lens = torch.full((batch,), 100, dtype=torch.int64)
+    blocks = [torch.zeros(batch, BLOCK, dtype=torch.int64) for _ in range(3)]
+    spec._prepare_dflash_draft_block_unchecked(
+        torch.zeros(batch, dtype=torch.int64), prefix_lens, pool, req_to_token, *blocks, mask_token_id=4
+    )
+    lens = [torch.zeros(batch, dtype=torch.int32) for _ in range(2)]
+    spec._compute_dflash_accept_bonus_triton_unchecked(
+        blocks[0], blocks[1], lens[0], lens[1], torch.zeros(batch, dtype=torch.int64), blocks[2], prefix_lens,
+        torch.zeros(batch, dtype=torch.int64),
+    )  # fmt: skip
+    with tensors_say_cuda():
+        spec.compute_dflash_correct_drafts_and_bonus(candidates=blocks[0], target_predict=blocks[1])
+    cache_locs.assign_extend_cache_locs_func(
+        req_pool_indices=pool, req_to_token=req_to_token, start_offset=prefix_lens, end_offset=prefix_lens + BLOCK,
+        batch_size=batch, draft_token_num=BLOCK, device="cpu",
+    )  # fmt: skip
+    cache_locs.rebuild_compact_draft_req_to_token_func(
+        draft_req_to_token=req_to_token.clone(), target_req_to_token=req_to_token, req_pool_indices=pool,
+        suffix_start=prefix_lens, draft_prefix_lens=prefix_lens, verify_out_cache_loc_2d=blocks[2],
+        batch_size=batch, block_size=BLOCK,
+    )  # fmt: skip
+
+
+def scenarios():
+    fp8 = torch.float8_e4m3fn
+    for layer in LAYERS:
+        caches = {"bf16": torch.bfloat16} if "draft" in layer else {"bf16": torch.bfloat16, "fp8": fp8}
+        for cache_name, cache in caches.items():
+            modes = ("draft",) if "draft" in layer else ("prefill", "verify", "mask")
+            for mode in modes:
+                yield f"extend {mode} {layer} {cache_name} cache", lambda la=layer, c=cache, m=mode: extend(la, c, m)
+            if "draft" not in layer:
+                yield f"decode {layer} {cache_name} cache", lambda la=layer, c=cache: decode(la, c)
+    yield "extend draft tiny bf16 cache", lambda: extend("tiny", torch.bfloat16, "draft")
+    for layer in ("31b-sliding", "31b-global", "tiny"):
+        for tokens in (16, 1024):
+            yield f"gemma4 norms {layer} {tokens} tokens", lambda la=layer, t=tokens: gemma4_norms(la, t)
+    yield "gemma4 routing (26B-A4B)", lambda: gemma4_routing(64)
+    yield "dflash worker v2 steps", lambda: dflash_steps(4)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", help="JSON file for the rows (default: stdout only)")
+    parser.add_argument("--only", default="", help="scenarios whose name contains this")
+    args = parser.parse_args()
+    import sglang
+
+    compiles = Compiles()
+    with compiles.installed():
+        for name, call in scenarios():
+            if args.only not in name:
+                continue
+            compiles.scenario = name
+            try:
+                call()
+            except (ImportError, AttributeError) as e:  # not on this line
+                compiles.rows.append({"scenario": name, "kernel": None, "compiled": None, "absent": repr(e)[:300]})
+            except Exception:  # the wrapper itself failed before or after its launches
+                compiles.rows.append({"scenario": name, "kernel": None, "compiled": False,
+                                      "error": traceback.format_exc(limit=3)[-1500:]})  # fmt: skip
+    failed = [r for r in compiles.rows if r["compiled"] is False]
+    report = {
+        "what": "SGLang's triton kernels on the Gemma 4 DFLASH path, compiled for sm_90 without a GPU",
+        "sglang": sglang.__version__,
+        "triton": triton.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "target": f"{SM90.backend} sm_{SM90.arch}",
+        "kernels": sorted({r["kernel"] for r in compiles.rows if r["kernel"]}),
+        "compiled": sum(r["compiled"] is True for r in compiles.rows),
+        "failed": len(failed),
+        "rows": compiles.rows,
+    }
+    for row in compiles.rows:
+        status = {True: "ok  ", False: "FAIL", None: "n/a "}[row["compiled"]]
+        print(
+            f"{status} {row['scenario']}: {row['kernel']}",
+            (row.get("error") or row.get("absent") or "").splitlines()[-1:] or "",
+        )
+    print(f"sglang {report['sglang']}, triton {report['triton']}: {report['compiled']} compiles of "
+          f"{len(report['kernels'])} kernels, {len(failed)} failures")  # fmt: skip
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
