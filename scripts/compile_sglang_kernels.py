@@ -93,14 +93,27 @@ class Compiles:
             driver._active = active  # None: Triton finds the machine's driver on next use
 
 
-def kernels_module(name: str):
-    """A kernel module of this line (under sglang.kernels.ops), told it runs on a CUDA 9.0 device where it reads that
-    at import."""
-    module = importlib.import_module(f"sglang.kernels.ops.{name}")
+class Absent(Exception):
+    """The line has no such kernel module or wrapper: the scenario is not applicable, not failed."""
+
+
+def kernels(module_name: str, *names: str):
+    """Wrappers of a kernel module of this line (under sglang.kernels.ops), the module told it runs on a CUDA 9.0
+    device where it reads that at import."""
+    path = f"sglang.kernels.ops.{module_name}"
+    try:
+        module = importlib.import_module(path)
+    except ModuleNotFoundError as e:
+        if not path.startswith(e.name or "?"):  # the module exists; something it imports does not
+            raise
+        raise Absent(f"no {path}") from e
     if hasattr(module, "_is_cuda"):
         module._is_cuda = True
         module.CUDA_CAPABILITY = (9, 0)
-    return module
+    missing = [n for n in names if not hasattr(module, n)]
+    if missing:
+        raise Absent(f"{path} has no {', '.join(missing)}")
+    return [getattr(module, n) for n in names]
 
 
 @contextlib.contextmanager
@@ -113,15 +126,15 @@ def tensors_say_cuda():
         del torch.Tensor.is_cuda
 
 
-def kv_case(layer: str, prefix: int, extend: int, batch: int, cache: torch.dtype, q_dtype=torch.bfloat16):
+def kv_case(layer: str, prefix: int, extend: int, batch: int, cache: torch.dtype):
     heads, kv_heads, d, window = LAYERS[layer]
     slots = batch * (prefix + extend) + 64
     kv_lens = [prefix + extend] * batch
     return {
-        "q": torch.zeros(batch * extend, heads, d, dtype=q_dtype),
-        "k": torch.zeros(batch * extend, kv_heads, d, dtype=q_dtype),
-        "v": torch.zeros(batch * extend, kv_heads, d, dtype=q_dtype),
-        "o": torch.zeros(batch * extend, heads, d, dtype=q_dtype),
+        "q": torch.zeros(batch * extend, heads, d, dtype=torch.bfloat16),
+        "k": torch.zeros(batch * extend, kv_heads, d, dtype=torch.bfloat16),
+        "v": torch.zeros(batch * extend, kv_heads, d, dtype=torch.bfloat16),
+        "o": torch.zeros(batch * extend, heads, d, dtype=torch.bfloat16),
         "k_buffer": torch.zeros(slots, kv_heads, d, dtype=cache),
         "v_buffer": torch.zeros(slots, kv_heads, d, dtype=cache),
         "qo_indptr": torch.arange(batch + 1, dtype=torch.int32) * extend,
@@ -136,16 +149,12 @@ def kv_case(layer: str, prefix: int, extend: int, batch: int, cache: torch.dtype
 def extend(layer: str, cache: torch.dtype, mode: str):
     """mode: prefill (causal, no prefix), verify (a prefix and a causal block), mask (0.5.11-0.5.13's custom verify
     mask), draft (the draft's non-causal block over its context)."""
-    ea = kernels_module("attention.extend_attention")
+    (extend_attention_fwd,) = kernels("attention.extend_attention", "extend_attention_fwd")
     prefix, n, batch = (0, 256, 1) if mode == "prefill" else (1000, BLOCK, 2)
     case = kv_case(layer, prefix, n, batch, cache)
-    mask = offsets = None
-    if mode == "mask":
-        mask = torch.ones(batch * n * (prefix + n), dtype=torch.bool)
-        offsets = (
-            torch.zeros(batch, dtype=torch.int32) if case["window"] > 0 else None
-        )  # where the window's mask starts
-    ea.extend_attention_fwd(
+    mask = torch.ones(batch * n * (prefix + n), dtype=torch.bool) if mode == "mask" else None
+    offsets = torch.zeros(batch, dtype=torch.int32) if mask is not None and case["window"] > 0 else None
+    extend_attention_fwd(
         case["q"], case["k"], case["v"], case["o"], case["k_buffer"], case["v_buffer"],
         case["qo_indptr"], case["kv_indptr"], case["kv_indices"], mask, mode != "draft",
         torch.arange(batch + 1, dtype=torch.int64) * n * (prefix + n) if mask is not None else None,
@@ -154,13 +163,13 @@ def extend(layer: str, cache: torch.dtype, mode: str):
 
 
 def decode(layer: str, cache: torch.dtype):
-    da = kernels_module("attention.decode_attention")
+    (decode_attention_fwd,) = kernels("attention.decode_attention", "decode_attention_fwd")
     batch, splits = 4, 8
     case = kv_case(layer, 1000, 1, batch, cache)
     logits = torch.zeros(batch, case["heads"], splits, case["d"], dtype=torch.float32)
     lse = torch.zeros(batch, case["heads"], splits, dtype=torch.float32)
     num_splits = torch.full((batch,), splits, dtype=torch.int32)
-    da.decode_attention_fwd(
+    decode_attention_fwd(
         case["q"], case["k_buffer"], case["v_buffer"], case["o"], case["kv_indptr"], case["kv_indices"],
         logits, lse, num_splits, splits, case["d"] ** -0.5, 1.0, 1.0,
     )  # fmt: skip
@@ -169,52 +178,63 @@ def decode(layer: str, cache: torch.dtype):
 def gemma4_norms(layer: str, tokens: int):
     """The fused q/k/v RMSNorm on strided slices of one qkv row (per head at <= 256 tokens, per token above), and
     the fused residual norms of a decoder layer."""
-    ops = kernels_module("layernorm.gemma4_fused_ops")
+    qkv_norm, norm, dual_norm = kernels(
+        "layernorm.gemma4_fused_ops",
+        "gemma_qkv_rmsnorm",
+        "gemma_rmsnorm_residual_scalar",
+        "gemma_dual_rmsnorm_residual_scalar",
+    )
     heads, kv_heads, d, _ = LAYERS[layer]
     qkv = torch.zeros(tokens, (heads + 2 * kv_heads) * d, dtype=torch.bfloat16)
     q, k, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
     weight = torch.ones(d, dtype=torch.bfloat16)
     with tensors_say_cuda():
-        ops.gemma_qkv_rmsnorm(q, k, v, weight, weight, num_q_heads=heads, num_kv_heads=kv_heads, head_dim=d)
-        ops.gemma_qkv_rmsnorm(q, None, None, weight, None, num_q_heads=heads, num_kv_heads=kv_heads, head_dim=d)
+        qkv_norm(q, k, v, weight, weight, num_q_heads=heads, num_kv_heads=kv_heads, head_dim=d)
+        qkv_norm(q, None, None, weight, None, num_q_heads=heads, num_kv_heads=kv_heads, head_dim=d)
     hidden = 5376 if layer.startswith("31b") else 256
     x, w = torch.zeros(tokens, hidden, dtype=torch.bfloat16), torch.ones(hidden, dtype=torch.bfloat16)
     scalar = torch.ones(1, dtype=torch.bfloat16)
-    ops.gemma_rmsnorm_residual_scalar(x, w, x.clone(), scalar)
-    ops.gemma_dual_rmsnorm_residual_scalar(x, w, x.clone(), w, w, x.clone(), scalar)
+    norm(x, w, x.clone(), scalar)
+    dual_norm(x, w, x.clone(), w, w, x.clone(), scalar)
 
 
 def gemma4_routing(tokens: int):
     """Gemma-4-26B-A4B's router: 128 experts, top 8."""
-    ops = kernels_module("moe.gemma4_routing")
+    fused, post_topk = kernels("moe.gemma4_routing", "gemma4_fused_routing", "gemma_routing_post_topk")
     logits, scale = torch.zeros(tokens, 128, dtype=torch.bfloat16), torch.ones(128, dtype=torch.bfloat16)
-    ops.gemma4_fused_routing(logits, scale, 8)
-    ops.gemma_routing_post_topk(torch.zeros(tokens, 8), torch.zeros(tokens, 8, dtype=torch.int64), scale)
+    fused(logits, scale, 8)
+    post_topk(torch.zeros(tokens, 8), torch.zeros(tokens, 8, dtype=torch.int64), scale)
 
 
 def dflash_steps(batch: int):
     """The DFLASH v2 worker's own kernels: the draft block's ids, positions and cache slots; accept and bonus; the
     verify's cache slots; the compact draft's req_to_token."""
-    spec, cache_locs = kernels_module("speculative.dflash"), kernels_module("speculative.cache_locs")
+    prepare, accept, correct = kernels(
+        "speculative.dflash",
+        "_prepare_dflash_draft_block_unchecked",
+        "_compute_dflash_accept_bonus_triton_unchecked",
+        "compute_dflash_correct_drafts_and_bonus",
+    )
+    assign, rebuild = kernels(
+        "speculative.cache_locs", "assign_extend_cache_locs_func", "rebuild_compact_draft_req_to_token_func"
+    )
     req_to_token = torch.zeros(64, 4096, dtype=torch.int32)
     pool = torch.arange(batch, dtype=torch.int64)
     prefix_lens = torch.full((batch,), 100, dtype=torch.int64)
     blocks = [torch.zeros(batch, BLOCK, dtype=torch.int64) for _ in range(3)]
-    spec._prepare_dflash_draft_block_unchecked(
-        torch.zeros(batch, dtype=torch.int64), prefix_lens, pool, req_to_token, *blocks, mask_token_id=4
-    )
+    prepare(torch.zeros(batch, dtype=torch.int64), prefix_lens, pool, req_to_token, *blocks, mask_token_id=4)
     lens = [torch.zeros(batch, dtype=torch.int32) for _ in range(2)]
-    spec._compute_dflash_accept_bonus_triton_unchecked(
+    accept(
         blocks[0], blocks[1], lens[0], lens[1], torch.zeros(batch, dtype=torch.int64), blocks[2], prefix_lens,
         torch.zeros(batch, dtype=torch.int64),
     )  # fmt: skip
     with tensors_say_cuda():
-        spec.compute_dflash_correct_drafts_and_bonus(candidates=blocks[0], target_predict=blocks[1])
-    cache_locs.assign_extend_cache_locs_func(
+        correct(candidates=blocks[0], target_predict=blocks[1])
+    assign(
         req_pool_indices=pool, req_to_token=req_to_token, start_offset=prefix_lens, end_offset=prefix_lens + BLOCK,
         batch_size=batch, draft_token_num=BLOCK, device="cpu",
     )  # fmt: skip
-    cache_locs.rebuild_compact_draft_req_to_token_func(
+    rebuild(
         draft_req_to_token=req_to_token.clone(), target_req_to_token=req_to_token, req_pool_indices=pool,
         suffix_start=prefix_lens, draft_prefix_lens=prefix_lens, verify_out_cache_loc_2d=blocks[2],
         batch_size=batch, block_size=BLOCK,
@@ -254,8 +274,8 @@ def main():
             compiles.scenario = name
             try:
                 call()
-            except (ImportError, AttributeError) as e:  # not on this line
-                compiles.rows.append({"scenario": name, "kernel": None, "compiled": None, "absent": repr(e)[:300]})
+            except Absent as e:  # not on this line
+                compiles.rows.append({"scenario": name, "kernel": None, "compiled": None, "absent": str(e)})
             except Exception:  # the wrapper itself failed before or after its launches
                 compiles.rows.append({"scenario": name, "kernel": None, "compiled": False,
                                       "error": traceback.format_exc(limit=3)[-1500:]})  # fmt: skip

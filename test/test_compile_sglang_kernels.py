@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compile_sglang_kernels.py"
 ENV = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiled as on the GPU, not interpreted
 
@@ -67,3 +69,15 @@ def test_the_installed_sglang_verify_kernel_compiles_for_sm90(tmp_path):
     (row,) = report["rows"]
     assert row["scenario"] == "extend verify 31b-global fp8 cache" and row["compiled"] is True
     assert row["kernel"].endswith("extend_attention._fwd_kernel") and row["shared_bytes"] > 0
+
+
+def test_a_kernel_module_or_wrapper_the_line_lacks_is_absent_not_failed():
+    sys.path.insert(0, str(SCRIPT.parent))
+    import compile_sglang_kernels as csk
+
+    with pytest.raises(csk.Absent, match="no sglang.kernels.ops.attention.no_such_kernel"):
+        csk.kernels("attention.no_such_kernel", "fwd")
+    with pytest.raises(csk.Absent, match="extend_attention has no no_such_wrapper"):
+        csk.kernels("attention.extend_attention", "extend_attention_fwd", "no_such_wrapper")
+    (fwd,) = csk.kernels("attention.extend_attention", "extend_attention_fwd")
+    assert fwd.__name__ == "extend_attention_fwd"
