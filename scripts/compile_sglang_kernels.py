@@ -2,6 +2,10 @@
 the Triton of this environment: does a line's kernel source compile with the GPU machine's Triton (3.6)?
 
     python scripts/compile_sglang_kernels.py --out benchmarks/line_0523/triton36_compile_0.5.23.json
+    CUDA_HOME=... python scripts/compile_sglang_kernels.py --cuda-jit --only jit --out FILE
+
+With --cuda-jit, the CUDA kernels SGLang 0.5.2x builds at first use (``sglang.kernels.jit``: nvcc, then tvm-ffi)
+are built too, for sm_90a with the nvcc under CUDA_HOME, and loaded; a line without that JIT has them `n/a`.
 
 Run it with the GPU machine's Python, torch and Triton (3.12, 2.11, 3.6.0) and the line's SGLang on the path, e.g. a
 site unpacked from .gpu-site/LINE (scripts/gpu/setup_site.sh). Each wrapper is called as the triton backend, the
@@ -16,10 +20,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.util
 import json
+import os
 import platform
+import subprocess
 import sys
+import tempfile
+import time
 import traceback
+from pathlib import Path
 
 import torch
 import triton
@@ -35,8 +45,15 @@ LAYERS = {
     "31b-draft": (64, 8, 128, -1),
     "31b-draft-sliding": (64, 8, 128, 2048),
     "tiny": (4, 2, 64, 16),
+    "tiny-draft": (12, 12, 64, -1),
 }
 BLOCK = 16  # DFLASH block tokens
+
+
+def clipped(error: Exception) -> str:
+    """An error for a row: its head (what failed to build, the command) and its tail (the compiler's message)."""
+    text = f"{type(error).__name__}: {str(error).strip()}"
+    return text if len(text) <= 1500 else f"{text[:500]} [...] {text[-1000:]}"
 
 
 class CompileOnlyDriver:
@@ -79,7 +96,7 @@ class Compiles:
             try:
                 kernel = jit_run(fn, *args, grid=grid, warmup=True, **kwargs)
             except Exception as e:  # a compile error, as the launch would raise it
-                self.record(fn, None, f"{type(e).__name__}: {str(e).strip()[-1500:]}")
+                self.record(fn, None, clipped(e))
                 return None
             self.record(fn, kernel, None)
             return None
@@ -91,6 +108,65 @@ class Compiles:
         finally:
             JITFunction.run = jit_run
             driver._active = active  # None: Triton finds the machine's driver on next use
+
+
+class NoLaunch:
+    """A built JIT module as a wrapper sees it: each of its functions records the call and launches nothing."""
+
+    def __init__(self, builds, name):
+        self._builds, self._name = builds, name
+
+    def __getattr__(self, function):
+        return lambda *args, **kwargs: self._builds.used(self._name, function)
+
+
+class JitBuilds:
+    """SGLang's CUDA JIT (0.5.2x's ``sglang.kernels.jit``) for each module a wrapper asks for: built for sm_90a with
+    the nvcc under CUDA_HOME, into a fresh cache so that every build is real, and loaded through tvm-ffi; the wrapper
+    then gets a NoLaunch. A row per (scenario, module function) the wrapper calls; a failed build is a failed row."""
+
+    def __init__(self):
+        self.active, self.compiles, self.built = False, None, {}
+
+    def load(self, *args, **kwargs):
+        name = "_".join(map(str, args))  # as SGLang names the module: sgl_kernel_jit_<name>
+        start = time.perf_counter()
+        try:
+            self.real_load(*args, **kwargs)
+        except Exception as e:
+            self.compiles.rows.append({"scenario": self.compiles.scenario, "kernel": f"jit {name}", "compiled": False,
+                                       "error": clipped(e)})  # fmt: skip
+            raise
+        gencode = set()
+        for ninja in Path(self.cache).glob(f"*/sgl_kernel_jit_{name}/build-*/*/build.ninja"):
+            gencode.update(f for f in ninja.read_text().split() if f.startswith("-gencode="))
+        self.built[name] = {"build_seconds": round(time.perf_counter() - start, 1), "gencode": sorted(gencode)}
+        return NoLaunch(self, name)
+
+    def used(self, name, function):
+        row = {"scenario": self.compiles.scenario, "kernel": f"jit {name}.{function}", "compiled": True}
+        if row | self.built[name] not in self.compiles.rows:
+            self.compiles.rows.append(row | self.built[name])
+
+    @contextlib.contextmanager
+    def installed(self, compiles):
+        arch = importlib.import_module("sglang.kernels.jit.utils.arch")
+        self.real_load = importlib.import_module("sglang.kernels.jit.utils").load_jit
+        self.compiles, self.active, is_cuda = compiles, True, getattr(arch, "is_cuda", None)
+        if is_cuda:  # 0.5.2x: the activation build's fast-math flags, as on the GPU
+            arch.is_cuda = lambda: True
+        with tempfile.TemporaryDirectory() as cache, arch.override_jit_cuda_arch(9, 0):
+            os.environ["SGLANG_JIT_CACHE_DIR"] = self.cache = cache
+            try:
+                yield self
+            finally:
+                if is_cuda:
+                    arch.is_cuda = is_cuda
+                self.active = False
+                del os.environ["SGLANG_JIT_CACHE_DIR"]
+
+
+JIT = JitBuilds()
 
 
 class Absent(Exception):
@@ -110,6 +186,8 @@ def kernels(module_name: str, *names: str):
     if hasattr(module, "_is_cuda"):
         module._is_cuda = True
         module.CUDA_CAPABILITY = (9, 0)
+    if JIT.active and hasattr(module, "load_jit"):
+        module.load_jit = JIT.load
     missing = [n for n in names if not hasattr(module, n)]
     if missing:
         raise Absent(f"{path} has no {', '.join(missing)}")
@@ -241,7 +319,67 @@ def dflash_steps(batch: int):
     )  # fmt: skip
 
 
-def scenarios():
+def draft_qk_norm_rope(layer: str, tokens: int):
+    """The DFlash draft's q/k RMSNorm and RoPE in place on its fused qkv (DFlashAttention on CUDA: bf16, RoPE over
+    the whole head, NeoX style)."""
+    (qk_norm_rope,) = kernels("attention.table_qk_norm_rope", "table_qk_norm_rope_")
+    heads, kv_heads, d, _ = LAYERS[layer]
+    qkv = torch.zeros(tokens, (heads + 2 * kv_heads) * d, dtype=torch.bfloat16)
+    weight, cos_sin = torch.ones(d, dtype=torch.bfloat16), torch.zeros(4096, d, dtype=torch.float32)
+    qk_norm_rope(qkv, torch.zeros(tokens, dtype=torch.int64), weight, weight, cos_sin, heads, kv_heads, d, 1e-6)
+
+
+def jit_rope(layer: str):
+    """Gemma 4's RoPE as its attention builds it (get_rope: plain on sliding layers, proportional on full ones)
+    and runs it on CUDA (RotaryEmbedding.forward_cuda)."""
+    (apply_rope,) = kernels("attention.rope", "apply_rope_with_cos_sin_cache_inplace")
+    base = importlib.import_module("sglang.srt.layers.rotary_embedding.base")
+    from sglang.srt.layers.rotary_embedding import get_rope
+
+    base._is_cuda, base.apply_rope_with_cos_sin_cache_inplace = True, apply_rope  # as imported on a CUDA machine
+    heads, kv_heads, d, window = LAYERS[layer]
+    kind, theta, partial = ("default", 1e4, 1.0) if window > 0 else ("proportional", 1e6, 0.25)
+    rope = get_rope(d, rotary_dim=d, max_position=4096, base=theta, rope_scaling={"rope_type": kind},
+                    partial_rotary_factor=partial, is_neox_style=True)  # fmt: skip
+    q, k = torch.zeros(16, heads * d, dtype=torch.bfloat16), torch.zeros(16, kv_heads * d, dtype=torch.bfloat16)
+    with tensors_say_cuda(), torch.no_grad():
+        rope.forward_cuda(torch.zeros(16, dtype=torch.int64), q, k)
+
+
+def jit_act_and_mul(gelu_width: int, silu_width: int):
+    """Gemma 4's MLP (GeluAndMul, tanh) and the DFlash draft's (SiluAndMul) on CUDA: the JIT kernel, which SGLang
+    takes for widths that are a multiple of 8 bf16 (all of these)."""
+    silu, gelu_tanh = kernels("activation.activation", "silu_and_mul", "gelu_tanh_and_mul")
+    with tensors_say_cuda(), torch.no_grad():
+        for act, width in ((gelu_tanh, gelu_width), (silu, silu_width)):
+            act(torch.zeros(16, 2 * width, dtype=torch.bfloat16), torch.zeros(16, width, dtype=torch.bfloat16))
+
+
+def jit_kv_store(layer: str, cache: torch.dtype):
+    """A layer's K and V into SGLang's MHA token pool on CUDA (the target's sliding and full pools, the draft's):
+    the pool's _set_kv_buffer_impl, which takes the JIT store_cache where it builds for the row width."""
+    kernels("kvcache.kvcache", "store_cache", "can_use_store_cache")
+    pool = importlib.import_module("sglang.srt.mem_cache.memory_pool")
+    if not hasattr(pool, "_set_kv_buffer_impl"):
+        raise Absent("sglang.srt.mem_cache.memory_pool has no _set_kv_buffer_impl")
+    pool._is_cuda = True
+    _, kv_heads, d, _ = LAYERS[layer]
+    store = torch.uint8 if cache.itemsize == 1 else cache  # SGLang stores an fp8 cache as bytes
+    k, v = (torch.zeros(16, kv_heads, d, dtype=store) for _ in range(2))
+    k_cache, v_cache = (torch.zeros(64, kv_heads, d, dtype=store) for _ in range(2))
+    with tensors_say_cuda(), torch.no_grad():
+        pool._set_kv_buffer_impl(k, v, k_cache, v_cache, torch.arange(16), row_dim=kv_heads * d, store_dtype=store,
+                                 device_module=None, size_limit=64)  # fmt: skip
+
+
+def jit_clamp_position():
+    """Decode and verify positions on CUDA (ForwardBatch: clamp(seq_lens - 1, min=0), int64 seq_lens)."""
+    (clamp_position,) = kernels("attention.clamp_position", "clamp_position_cuda")
+    with tensors_say_cuda():
+        clamp_position(torch.full((4,), 100, dtype=torch.int64))
+
+
+def scenarios(cuda_jit: bool = False):
     fp8 = torch.float8_e4m3fn
     for layer in LAYERS:
         caches = {"bf16": torch.bfloat16} if "draft" in layer else {"bf16": torch.bfloat16, "fp8": fp8}
@@ -251,24 +389,49 @@ def scenarios():
                 yield f"extend {mode} {layer} {cache_name} cache", lambda la=layer, c=cache, m=mode: extend(la, c, m)
             if "draft" not in layer:
                 yield f"decode {layer} {cache_name} cache", lambda la=layer, c=cache: decode(la, c)
-    yield "extend draft tiny bf16 cache", lambda: extend("tiny", torch.bfloat16, "draft")
     for layer in ("31b-sliding", "31b-global", "tiny"):
         for tokens in (16, 1024):
             yield f"gemma4 norms {layer} {tokens} tokens", lambda la=layer, t=tokens: gemma4_norms(la, t)
     yield "gemma4 routing (26B-A4B)", lambda: gemma4_routing(64)
     yield "dflash worker v2 steps", lambda: dflash_steps(4)
+    for layer in ("31b-draft", "tiny-draft"):
+        yield f"dflash draft qk norm rope {layer}", lambda la=layer: draft_qk_norm_rope(la, 64)
+    if not cuda_jit:
+        return
+    for layer in ("31b-sliding", "31b-global", "tiny"):
+        yield f"jit rope {layer}", lambda la=layer: jit_rope(la)
+    yield "jit act-and-mul 31b (gelu_tanh 21504, draft silu 10752)", lambda: jit_act_and_mul(21504, 10752)
+    for layer, caches in (("31b-sliding", "bf16 fp8"), ("31b-global", "bf16 fp8"), ("31b-draft", "bf16"),
+                          ("tiny", "bf16 fp8"), ("tiny-draft", "bf16")):  # fmt: skip
+        for cache_name in caches.split():
+            cache = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}[cache_name]
+            yield f"jit kv store {layer} {cache_name} cache", lambda la=layer, c=cache: jit_kv_store(la, c)
+    yield "jit clamp position", jit_clamp_position
+
+
+def nvcc_version() -> str:
+    nvcc = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
+    try:
+        return subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    except OSError as e:
+        return f"none: {e}"
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="JSON file for the rows (default: stdout only)")
     parser.add_argument("--only", default="", help="scenarios whose name contains this")
+    parser.add_argument("--cuda-jit", action="store_true", help="also build the CUDA JIT kernels (nvcc on CUDA_HOME)")
     args = parser.parse_args()
     import sglang
 
     compiles = Compiles()
-    with compiles.installed():
-        for name, call in scenarios():
+    has_jit = importlib.util.find_spec("sglang.kernels.jit") is not None
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(compiles.installed())
+        if args.cuda_jit and has_jit:  # a line without it has the JIT scenarios n/a
+            stack.enter_context(JIT.installed(compiles))
+        for name, call in scenarios(args.cuda_jit):
             if args.only not in name:
                 continue
             compiles.scenario = name
@@ -280,15 +443,20 @@ def main():
                 compiles.rows.append({"scenario": name, "kernel": None, "compiled": False,
                                       "error": traceback.format_exc(limit=3)[-1500:]})  # fmt: skip
     failed = [r for r in compiles.rows if r["compiled"] is False]
+    jit = [r for r in compiles.rows if (r["kernel"] or "").startswith("jit ")]
     report = {
-        "what": "SGLang's triton kernels on the Gemma 4 DFLASH path, compiled for sm_90 without a GPU",
+        "what": "SGLang's triton kernels on the Gemma 4 DFLASH path, compiled for sm_90 without a GPU"
+        + (", and its CUDA JIT kernels built for sm_90a" if args.cuda_jit else ""),
         "sglang": sglang.__version__,
         "triton": triton.__version__,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "target": f"{SM90.backend} sm_{SM90.arch}",
+        **({"nvcc": nvcc_version()} if args.cuda_jit else {}),
         "kernels": sorted({r["kernel"] for r in compiles.rows if r["kernel"]}),
         "compiled": sum(r["compiled"] is True for r in compiles.rows),
+        "jit_built": sum(r["compiled"] is True for r in jit),
+        "jit_modules": len(JIT.built),
         "failed": len(failed),
         "rows": compiles.rows,
     }
@@ -299,7 +467,8 @@ def main():
             (row.get("error") or row.get("absent") or "").splitlines()[-1:] or "",
         )
     print(f"sglang {report['sglang']}, triton {report['triton']}: {report['compiled']} compiles of "
-          f"{len(report['kernels'])} kernels, {len(failed)} failures")  # fmt: skip
+          f"{len(report['kernels'])} kernels ({report['jit_built']} of them calls into {report['jit_modules']} "
+          f"CUDA JIT modules), {len(failed)} failures")  # fmt: skip
     if args.out:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=1)

@@ -1,6 +1,7 @@
-"""scripts/compile_sglang_kernels.py: SGLang's triton kernels compiled for sm_90 without a GPU and without a launch.
-A kernel that cannot compile is a failed row (exit 1), one that can is a row with its shared memory; the real
-wrappers of the installed SGLang go through it as the triton backend calls them."""
+"""scripts/compile_sglang_kernels.py: SGLang's triton kernels compiled for sm_90 without a GPU and without a launch,
+and with --cuda-jit its CUDA JIT kernels built for sm_90a with nvcc. A kernel that cannot compile is a failed row
+(exit 1), one that can is a row with its shared memory (triton) or its nvcc target (JIT); the real wrappers of the
+installed SGLang go through it as the triton backend and the layers call them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compile_sglang_kernels.py"
-ENV = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiled as on the GPU, not interpreted
+# compiled as on the GPU: not interpreted, and without the CPU engine the suite's SGLang servers run on
+ENV = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "SGLANG_USE_CPU_ENGINE")}
+# CUDA 13.0's nvcc (the GPU machine's), which .ci/run installs from PyPI with scripts/cuda_toolchain.sh
+NVCC_HOME = os.environ.get("SGLANG_GEMMA4_DFLASH_TEST_CUDA_HOME", "/nonexistent")
 
 TOY = """
 import sys
@@ -81,3 +85,34 @@ def test_a_kernel_module_or_wrapper_the_line_lacks_is_absent_not_failed():
         csk.kernels("attention.extend_attention", "extend_attention_fwd", "no_such_wrapper")
     (fwd,) = csk.kernels("attention.extend_attention", "extend_attention_fwd")
     assert fwd.__name__ == "extend_attention_fwd"
+
+
+def cuda_jit(tmp_path, only, cuda_home):
+    out = tmp_path / "rows.json"
+    env = ENV | {"CUDA_HOME": cuda_home, "PATH": f"{cuda_home}/bin:{ENV['PATH']}"}
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--cuda-jit", "--only", only, "--out", str(out)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    return proc, json.loads(out.read_text())
+
+
+@pytest.mark.skipif(
+    not Path(NVCC_HOME, "bin", "nvcc").exists(), reason="no nvcc: export SGLANG_GEMMA4_DFLASH_TEST_CUDA_HOME"
+)
+def test_a_cuda_jit_kernel_is_built_for_sm90a_through_its_wrapper_and_not_launched(tmp_path):
+    # the K/V store of a Gemma-4-31B full-attention layer with an fp8 cache: 4 kv heads x 512 bytes a row
+    proc, report = cuda_jit(tmp_path, "jit kv store 31b-global fp8", NVCC_HOME)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert report["nvcc"].startswith("Build cuda_13.0") and report["jit_modules"] == 1
+    (row,) = report["rows"]
+    assert row["kernel"] == "jit kvcache_2048_2048_128_true.store_cache" and row["compiled"] is True
+    assert row["gencode"] == ["-gencode=arch=compute_90a,code=sm_90a"]
+
+
+def test_a_cuda_jit_kernel_that_cannot_build_is_a_failed_row(tmp_path):
+    proc, report = cuda_jit(tmp_path, "jit clamp position", str(tmp_path / "no-cuda"))
+    assert proc.returncode == 1
+    build = report["rows"][0]
+    assert build["kernel"] == "jit clamp_position_int64_t" and build["compiled"] is False
+    assert "Failed to build JIT module" in build["error"] and f"{tmp_path}/no-cuda/bin/nvcc" in build["error"]
