@@ -149,13 +149,16 @@ class JitBuilds:
             self.compiles.rows.append(row | self.built[name])
 
     @contextlib.contextmanager
-    def installed(self, compiles):
+    def installed(self, compiles, cache_dir: str | None = None):
+        """cache_dir: keep the builds there (SGLang's JIT cache, for servers to find); default a fresh temporary one."""
         arch = importlib.import_module("sglang.kernels.jit.utils.arch")
         self.real_load = importlib.import_module("sglang.kernels.jit.utils").load_jit
         self.compiles, self.active, is_cuda = compiles, True, getattr(arch, "is_cuda", None)
         if is_cuda:  # 0.5.2x: the activation build's fast-math flags, as on the GPU
             arch.is_cuda = lambda: True
-        with tempfile.TemporaryDirectory() as cache, arch.override_jit_cuda_arch(9, 0):
+        temporary = contextlib.nullcontext(cache_dir) if cache_dir else tempfile.TemporaryDirectory()
+        before = os.environ.get("SGLANG_JIT_CACHE_DIR")
+        with temporary as cache, arch.override_jit_cuda_arch(9, 0):
             os.environ["SGLANG_JIT_CACHE_DIR"] = self.cache = cache
             try:
                 yield self
@@ -163,7 +166,9 @@ class JitBuilds:
                 if is_cuda:
                     arch.is_cuda = is_cuda
                 self.active = False
-                del os.environ["SGLANG_JIT_CACHE_DIR"]
+                os.environ.pop("SGLANG_JIT_CACHE_DIR")
+                if before is not None:
+                    os.environ["SGLANG_JIT_CACHE_DIR"] = before
 
 
 JIT = JitBuilds()
@@ -329,6 +334,51 @@ def draft_qk_norm_rope(layer: str, tokens: int):
     qk_norm_rope(qkv, torch.zeros(tokens, dtype=torch.int64), weight, weight, cos_sin, heads, kv_heads, d, 1e-6)
 
 
+def logits_softcap(vocab: int):
+    """Gemma 4's final logit softcap (30) on bf16 logits, cast to fp32 in the same pass (LogitsProcessor on CUDA)."""
+    (softcap_to_fp32,) = kernels("activation.softcap", "softcap_to_float32_logits")
+    logits = torch.zeros(16, vocab, dtype=torch.bfloat16)
+    softcap_to_fp32(logits, 30.0, torch.empty(16, vocab, dtype=torch.float32))
+
+
+def extend_positions(batch: int):
+    """A prefill's or a draft extend's positions and start offsets (ForwardBatch under the triton backend)."""
+    (compute_position,) = kernels("attention.position", "compute_position_triton")
+    lens = torch.full((batch,), 100, dtype=torch.int32)
+    compute_position(lens, lens, int(lens.sum()))
+
+
+def decode_kv_splits(layer: str, batch: int):
+    """The triton backend's split count per request for a decode (its metadata, one program)."""
+    (kv_splits,) = kernels("attention.metadata", "get_num_kv_splits_triton")
+    heads, kv_heads, _, _ = LAYERS[layer]
+    splits, seq_lens = torch.zeros(batch, dtype=torch.int32), torch.full((batch,), 1000, dtype=torch.int64)
+    kv_splits[(1,)](splits, seq_lens, batch, heads // kv_heads, heads, kv_heads, 8, 132, MAX_NUM_SEQ=256)
+
+
+def draft_kv_materialize(layer: str, layers: int, tokens: int):
+    """The DFLASH v2 worker's draft K/V from the target's hidden states: every draft layer's k norm and RoPE in one
+    kernel over the stacked projection (FusedKVMaterializeHelper on CUDA)."""
+    (norm_rope,) = kernels("speculative.fused_kv_materialize", "_fused_norm_rope_stacked")
+    _, kv_heads, d, _ = LAYERS[layer]
+    kv = torch.zeros(tokens, layers, 2 * kv_heads * d, dtype=torch.bfloat16)
+    weights, eps = torch.ones(layers, d, dtype=torch.bfloat16), torch.full((layers,), 1e-6)
+    norm_rope(kv, weights, eps, torch.zeros(4096, d), torch.zeros(tokens, dtype=torch.int64), kv_heads, d, d)
+
+
+def req_to_token_slots(batch: int):
+    """A request's new cache slots into req_to_token (every prefill and extend: the allocator on a GPU)."""
+    allocation = importlib.import_module("sglang.srt.mem_cache.allocation")
+    if not hasattr(allocation, "assign_req_to_token_pool_func"):
+        raise Absent("sglang.srt.mem_cache.allocation has no assign_req_to_token_pool_func")
+    allocation._is_cpu = False
+    start, end = torch.full((batch,), 100, dtype=torch.int64), torch.full((batch,), 100 + BLOCK, dtype=torch.int64)
+    allocation.assign_req_to_token_pool_func(
+        torch.arange(batch), torch.zeros(64, 4096, dtype=torch.int32), start, end,
+        torch.arange(batch * BLOCK, dtype=torch.int64), batch,
+    )  # fmt: skip
+
+
 def jit_rope(layer: str):
     """Gemma 4's RoPE as its attention builds it (get_rope: plain on sliding layers, proportional on full ones)
     and runs it on CUDA (RotaryEmbedding.forward_cuda)."""
@@ -394,8 +444,15 @@ def scenarios(cuda_jit: bool = False):
             yield f"gemma4 norms {layer} {tokens} tokens", lambda la=layer, t=tokens: gemma4_norms(la, t)
     yield "gemma4 routing (26B-A4B)", lambda: gemma4_routing(64)
     yield "dflash worker v2 steps", lambda: dflash_steps(4)
-    for layer in ("31b-draft", "tiny-draft"):
+    for layer, layers in (("31b-draft", 5), ("tiny-draft", 1)):
         yield f"dflash draft qk norm rope {layer}", lambda la=layer: draft_qk_norm_rope(la, 64)
+        yield f"dflash draft kv materialize {layer}", lambda la=layer, n=layers: draft_kv_materialize(la, n, 256)
+    for name, vocab in (("31b", 262144), ("tiny", 320)):
+        yield f"logits softcap {name}", lambda v=vocab: logits_softcap(v)
+    yield "extend positions", lambda: extend_positions(4)
+    yield "req_to_token slots", lambda: req_to_token_slots(4)
+    for layer in ("31b-sliding", "31b-global", "tiny"):
+        yield f"decode kv splits {layer}", lambda la=layer: decode_kv_splits(la, 4)
     if not cuda_jit:
         return
     for layer in ("31b-sliding", "31b-global", "tiny"):
@@ -422,6 +479,9 @@ def main():
     parser.add_argument("--out", help="JSON file for the rows (default: stdout only)")
     parser.add_argument("--only", default="", help="scenarios whose name contains this")
     parser.add_argument("--cuda-jit", action="store_true", help="also build the CUDA JIT kernels (nvcc on CUDA_HOME)")
+    parser.add_argument(
+        "--jit-cache", help="keep the CUDA JIT builds in this SGLang JIT cache (default: a temporary one)"
+    )
     args = parser.parse_args()
     import sglang
 
@@ -430,7 +490,7 @@ def main():
     with contextlib.ExitStack() as stack:
         stack.enter_context(compiles.installed())
         if args.cuda_jit and has_jit:  # a line without it has the JIT scenarios n/a
-            stack.enter_context(JIT.installed(compiles))
+            stack.enter_context(JIT.installed(compiles, args.jit_cache))
         for name, call in scenarios(args.cuda_jit):
             if args.only not in name:
                 continue

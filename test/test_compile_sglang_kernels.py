@@ -87,19 +87,25 @@ def test_a_kernel_module_or_wrapper_the_line_lacks_is_absent_not_failed():
     assert fwd.__name__ == "extend_attention_fwd"
 
 
-def cuda_jit(tmp_path, only, cuda_home):
+def cuda_env(cuda_home):
+    return ENV | {"CUDA_HOME": cuda_home, "PATH": f"{cuda_home}/bin:{ENV['PATH']}"}
+
+
+def cuda_jit(tmp_path, only, cuda_home, *more):
     out = tmp_path / "rows.json"
-    env = ENV | {"CUDA_HOME": cuda_home, "PATH": f"{cuda_home}/bin:{ENV['PATH']}"}
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--cuda-jit", "--only", only, "--out", str(out)],
-        env=env, capture_output=True, text=True, timeout=600,
+        [sys.executable, str(SCRIPT), "--cuda-jit", "--only", only, "--out", str(out), *more],
+        env=cuda_env(cuda_home), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     return proc, json.loads(out.read_text())
 
 
-@pytest.mark.skipif(
+needs_nvcc = pytest.mark.skipif(
     not Path(NVCC_HOME, "bin", "nvcc").exists(), reason="no nvcc: export SGLANG_GEMMA4_DFLASH_TEST_CUDA_HOME"
 )
+
+
+@needs_nvcc
 def test_a_cuda_jit_kernel_is_built_for_sm90a_through_its_wrapper_and_not_launched(tmp_path):
     # the K/V store of a Gemma-4-31B full-attention layer with an fp8 cache: 4 kv heads x 512 bytes a row
     proc, report = cuda_jit(tmp_path, "jit kv store 31b-global fp8", NVCC_HOME)
@@ -116,3 +122,25 @@ def test_a_cuda_jit_kernel_that_cannot_build_is_a_failed_row(tmp_path):
     build = report["rows"][0]
     assert build["kernel"] == "jit clamp_position_int64_t" and build["compiled"] is False
     assert "Failed to build JIT module" in build["error"] and f"{tmp_path}/no-cuda/bin/nvcc" in build["error"]
+
+
+@needs_nvcc
+def test_a_kept_cuda_jit_build_is_the_one_sglang_loads_afterwards(tmp_path):
+    # probe_line.sh builds the tiny pairs' JIT kernels into the servers' cache before they start: SGLang's own
+    # builder, in a fresh process as a server calls it, must find that build (compiling is forbidden there)
+    cache = tmp_path / "jit"
+    proc, report = cuda_jit(tmp_path, "jit clamp position", NVCC_HOME, "--jit-cache", str(cache))
+    assert proc.returncode == 0 and report["jit_modules"] == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
+    built = sorted(cache.rglob("*.so"))
+    assert len(built) == 1
+    server_side = (
+        "import torch\n"
+        "from sglang.kernels.jit.utils.arch import override_jit_cuda_arch\n"
+        "from sglang.kernels.ops.attention.clamp_position import _jit_clamp_position_module\n"
+        "with override_jit_cuda_arch(9, 0):\n"
+        "    print(type(_jit_clamp_position_module(torch.int64)).__name__)\n"
+    )
+    env = cuda_env(NVCC_HOME) | {"SGLANG_JIT_CACHE_DIR": str(cache), "SGLANG_CRASH_ON_JIT_COMPILE": "1"}
+    load = subprocess.run([sys.executable, "-c", server_side], env=env, capture_output=True, text=True, timeout=300)
+    assert load.returncode == 0, load.stderr[-3000:]
+    assert load.stdout.split()[-1] == "Module" and sorted(cache.rglob("*.so")) == built

@@ -13,12 +13,14 @@
 # 3. if sgl_kernel does not import and SHIM=auto (default; SHIM=off skips it): build the torch 2.11 shim for
 #    sglang-kernel (scripts/gpu/torch_shims: the missing libtorch symbols, and the kernels routed from torch 2.11's
 #    CPU key to CUDA), import again, and compare four sgl_kernel ops with torch on the card;
-# 4. the tiny text pair (run_tiny_e2e.py --jobs E2E_JOBS --parallel, default text): plain, DFLASH with the plugin,
+# 4. on a line with SGLang's CUDA JIT (0.5.2x): the tiny pairs' nvcc-built kernels, built side by side into the JIT
+#    cache the servers read (compile_sglang_kernels.py --cuda-jit; JIT=0 skips it);
+# 5. the tiny text pair (run_tiny_e2e.py --jobs E2E_JOBS --parallel, default text): plain, DFLASH with the plugin,
 #    DFLASH without it, token verdicts and accept lengths (E2E=0 skips it); ACCEPT=1: the drafting pair's accept
 #    length (run_tiny_accept.py, plain and the right pair); DOCTOR=1: `python3 -m sglang_gemma4_dflash.doctor`.
 # Its servers listen from port 46000 up, apart from serving_options.sh's (20000-44000), so both can share a call.
-# Writes $OUT/probe_LINE.json (each step: rc, seconds, error tail), probe_LINE.log, tiny_e2e_LINE.json and
-# tiny_accept_LINE.json.
+# Writes $OUT/probe_LINE.json (each step: rc, seconds, error tail), probe_LINE.log, tiny_e2e_LINE.json,
+# tiny_accept_LINE.json and, on a line with SGLang's CUDA JIT, cuda_jit_LINE.json (the tiny pairs' nvcc builds).
 set -uo pipefail
 LINE=${1:?usage: probe_line.sh LINE}
 DEST=${OUT:-/tmp/probe-$LINE}
@@ -144,6 +146,30 @@ if ! python3 -c "import sgl_kernel" >/dev/null 2>&1 && [ "$SHIM" != off ]; then
   ops_check shim
 elif [ -n "${CARRY:-}" ]; then
   ops_check "$CARRY"
+fi
+
+# SGLang 0.5.2x builds some CUDA kernels with nvcc at first use (sglang.kernels.jit, loaded through tvm-ffi): RoPE,
+# act-and-mul, the K/V store, decode positions. Build the tiny pairs' ones first, side by side, into the cache the
+# servers read (JIT=0 skips it): a missing or failing nvcc shows here by module, not as a server dying in its warm-up.
+if [ "${JIT:-1}" = 1 ] && python3 -c "import sglang.kernels.jit" >/dev/null 2>&1; then
+  step "CUDA JIT builds for the tiny pairs" 240 python3 - "$HERE/../compile_sglang_kernels.py" \
+    "${SGLANG_JIT_CACHE_DIR:-$HOME/.cache/sglang/jit}" "$DEST/cuda_jit_$LINE.json" <<'PY'
+import json, subprocess, sys, tempfile
+script, cache, out = sys.argv[1:]
+scenarios = ["jit rope tiny", "jit act-and-mul", "jit kv store tiny bf16", "jit kv store tiny-draft bf16",
+             "jit clamp position"]
+with tempfile.TemporaryDirectory() as parts:
+    runs = [subprocess.Popen([sys.executable, script, "--cuda-jit", "--jit-cache", cache, "--only", s,
+                              "--out", f"{parts}/{i}.json"]) for i, s in enumerate(scenarios)]
+    codes = [run.wait() for run in runs]
+    reports = [json.load(open(f"{parts}/{i}.json")) for i in range(len(scenarios)) if codes[i] in (0, 1)]
+rows = [row for report in reports for row in report["rows"]]
+json.dump({"nvcc": reports[0]["nvcc"] if reports else None, "exit_codes": codes, "rows": rows}, open(out, "w"), indent=1)
+for row in rows:
+    print("ok  " if row["compiled"] else "FAIL", row["scenario"], row["kernel"], row.get("build_seconds", ""),
+          (row.get("error") or "")[-400:])
+sys.exit(0 if codes == [0] * len(codes) else 1)
+PY
 fi
 
 if [ "$E2E" = 1 ]; then
