@@ -147,6 +147,16 @@ def test_a_server_already_on_the_port_does_not_pass_for_a_new_one(launcher):
         assert e2e.http_ok(first.base_url + "/get_model_info", timeout=5)  # the first one is untouched
 
 
+def test_a_server_stopped_while_its_port_answers_is_a_clear_error(launcher):
+    """On the GPU, `timeout` SIGTERMed a probe while two of its servers were coming up: the handler stopped them and
+    their readiness check, between the port's answer and its owner check, failed with an AttributeError."""
+    module, env = launcher
+    with e2e.Server("/m", ["--mode", "ok"], launcher=module, env=env, ready_timeout=30, poll_interval=0.1) as first:
+        stopped = e2e.Server("/m", launcher=module, env=env, port=first.port)  # never started, or stopped since
+        with pytest.raises(e2e.ServerError, match=f"server on port {first.port} was stopped while waiting"):
+            stopped._check_port_is_ours()
+
+
 def test_server_info_falls_back_to_old_endpoint(launcher):
     module, env = launcher
     with e2e.Server("/m", ["--mode", "old"], launcher=module, env=env, ready_timeout=30, poll_interval=0.1) as s:

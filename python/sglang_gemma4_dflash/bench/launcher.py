@@ -147,12 +147,15 @@ class Server:
     def _check_port_is_ours(self) -> None:
         """An answer on the port counts only if this server's process group listens there: a server started earlier
         on the same port would otherwise pass for this one (which then fails to bind and exits)."""
+        process = self.process
+        if process is None:  # stopped meanwhile: a SIGTERM handler (stop_servers_on_sigterm) or another thread
+            raise ServerError(f"server on port {self.port} was stopped while waiting for it to be ready")
         listeners = listening_pids(self.port)
-        if not listeners or any(pid is not None and _group_of(pid) == self.process.pid for pid in listeners):
+        if not listeners or any(pid is not None and _group_of(pid) == process.pid for pid in listeners):
             return  # ours, or the listener cannot be read here (no psutil): nothing to judge
         raise ServerError(
             f"port {self.port} answers, but from process(es) {sorted(p for p in listeners if p) or 'of another user'}, "
-            f"not from this server (process group {self.process.pid}): another server holds the port; "
+            f"not from this server (process group {process.pid}): another server holds the port; "
             f"start this one on a free port\n{self.log_tail()}"
         )
 
