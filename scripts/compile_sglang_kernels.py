@@ -145,8 +145,9 @@ class JitBuilds:
 
     def used(self, name, function):
         row = {"scenario": self.compiles.scenario, "kernel": f"jit {name}.{function}", "compiled": True}
-        if row | self.built[name] not in self.compiles.rows:
-            self.compiles.rows.append(row | self.built[name])
+        row |= self.built[name]
+        if row not in self.compiles.rows:
+            self.compiles.rows.append(row)
 
     @contextlib.contextmanager
     def installed(self, compiles, cache_dir: str | None = None):
@@ -193,10 +194,26 @@ def kernels(module_name: str, *names: str):
         module.CUDA_CAPABILITY = (9, 0)
     if JIT.active and hasattr(module, "load_jit"):
         module.load_jit = JIT.load
+    return [getattr(module, n) for n in having(module, path, names)]
+
+
+def having(module, path: str, names) -> tuple:
+    """names, if the module has them all; else Absent: this line has no such wrapper."""
     missing = [n for n in names if not hasattr(module, n)]
     if missing:
         raise Absent(f"{path} has no {', '.join(missing)}")
-    return [getattr(module, n) for n in names]
+    return names
+
+
+def server_module(path: str, *names: str):
+    """A module of SGLang's server (sglang.srt.PATH), told it runs on CUDA where it read the device at import."""
+    module = importlib.import_module(f"sglang.srt.{path}")
+    having(module, f"sglang.srt.{path}", names)
+    if hasattr(module, "_is_cuda"):
+        module._is_cuda = True
+    if hasattr(module, "_is_cpu"):
+        module._is_cpu = False
+    return module
 
 
 @contextlib.contextmanager
@@ -368,10 +385,7 @@ def draft_kv_materialize(layer: str, layers: int, tokens: int):
 
 def req_to_token_slots(batch: int):
     """A request's new cache slots into req_to_token (every prefill and extend: the allocator on a GPU)."""
-    allocation = importlib.import_module("sglang.srt.mem_cache.allocation")
-    if not hasattr(allocation, "assign_req_to_token_pool_func"):
-        raise Absent("sglang.srt.mem_cache.allocation has no assign_req_to_token_pool_func")
-    allocation._is_cpu = False
+    allocation = server_module("mem_cache.allocation", "assign_req_to_token_pool_func")
     start, end = torch.full((batch,), 100, dtype=torch.int64), torch.full((batch,), 100 + BLOCK, dtype=torch.int64)
     allocation.assign_req_to_token_pool_func(
         torch.arange(batch), torch.zeros(64, 4096, dtype=torch.int32), start, end,
@@ -383,10 +397,9 @@ def jit_rope(layer: str):
     """Gemma 4's RoPE as its attention builds it (get_rope: plain on sliding layers, proportional on full ones)
     and runs it on CUDA (RotaryEmbedding.forward_cuda)."""
     (apply_rope,) = kernels("attention.rope", "apply_rope_with_cos_sin_cache_inplace")
-    base = importlib.import_module("sglang.srt.layers.rotary_embedding.base")
-    from sglang.srt.layers.rotary_embedding import get_rope
-
-    base._is_cuda, base.apply_rope_with_cos_sin_cache_inplace = True, apply_rope  # as imported on a CUDA machine
+    base = server_module("layers.rotary_embedding.base")
+    base.apply_rope_with_cos_sin_cache_inplace = apply_rope  # as it imports it on a CUDA machine
+    get_rope = server_module("layers.rotary_embedding", "get_rope").get_rope
     heads, kv_heads, d, window = LAYERS[layer]
     kind, theta, partial = ("default", 1e4, 1.0) if window > 0 else ("proportional", 1e6, 0.25)
     rope = get_rope(d, rotary_dim=d, max_position=4096, base=theta, rope_scaling={"rope_type": kind},
@@ -409,10 +422,7 @@ def jit_kv_store(layer: str, cache: torch.dtype):
     """A layer's K and V into SGLang's MHA token pool on CUDA (the target's sliding and full pools, the draft's):
     the pool's _set_kv_buffer_impl, which takes the JIT store_cache where it builds for the row width."""
     kernels("kvcache.kvcache", "store_cache", "can_use_store_cache")
-    pool = importlib.import_module("sglang.srt.mem_cache.memory_pool")
-    if not hasattr(pool, "_set_kv_buffer_impl"):
-        raise Absent("sglang.srt.mem_cache.memory_pool has no _set_kv_buffer_impl")
-    pool._is_cuda = True
+    pool = server_module("mem_cache.memory_pool", "_set_kv_buffer_impl")
     _, kv_heads, d, _ = LAYERS[layer]
     store = torch.uint8 if cache.itemsize == 1 else cache  # SGLang stores an fp8 cache as bytes
     k, v = (torch.zeros(16, kv_heads, d, dtype=store) for _ in range(2))
