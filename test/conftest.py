@@ -35,6 +35,19 @@ def sglang_tp1():
     return _sglang_cpu
 
 
+@pytest.fixture(scope="module")
+def tiny_targets(tmp_path_factory):
+    """The tiny target in transformers, fp32 and bf16 (CPU): the GPU scripts' prompt screens."""
+    import torch
+    from sglang_gemma4_dflash_testkit.tiny import write_tiny_checkpoints
+    from transformers import AutoModelForCausalLM
+
+    path = write_tiny_checkpoints(tmp_path_factory.mktemp("tiny"))["target"]
+    return {
+        d: AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, d)).eval() for d in ("float32", "bfloat16")
+    }
+
+
 @pytest.fixture(scope="module", params=["Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"])
 def pair(request, sglang_tp1):
     """(helpers, config, transformers model, SGLang model) for each Gemma 4 target class, same weights."""

@@ -305,19 +305,6 @@ def test_no_pdl_tuning_keeps_the_default_tilings_but_pdl(tmp_path, monkeypatch):
         assert tuning.default_tuning(TINY.head_dim, batch) == dataclasses.replace(default, pdl=0)
 
 
-@pytest.fixture(scope="module")
-def tiny_targets(tmp_path_factory):
-    """The tiny target in transformers, fp32 and bf16 (CPU)."""
-    import torch
-    from sglang_gemma4_dflash_testkit.tiny import write_tiny_checkpoints
-    from transformers import AutoModelForCausalLM
-
-    path = write_tiny_checkpoints(tmp_path_factory.mktemp("tiny"))["target"]
-    return {
-        d: AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, d)).eval() for d in ("float32", "bfloat16")
-    }
-
-
 def test_long_prompts_keep_the_plants_lookup_decided(tiny_targets):
     """chunked_prefill's prompts: every row of their 48-token continuations has the planted lookup's gate well off
     its threshold in fp32 and bf16. The seed they replaced (8) puts it at 0.02 on the 1200-token prompt, where the

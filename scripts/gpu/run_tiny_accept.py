@@ -45,17 +45,21 @@ VARIANTS = ("plain", "correct", "capture_shift", "wrong_ids")
 # layer of window DRAFT_WINDOW (shorter than every prompt); "nokernel", the right pair with the plugin's block
 # attention kernel off.
 DRAFT_WINDOW = 24
+# Seed 17 put the planted lookup of prompt 15 at gate 0.50 (fp32; 0.26 in bf16; tiny.lookup_gates) 33 tokens in:
+# there plain greedy itself is barely decided, and SGLang 0.5.23's plain server answered it the other way, twice.
+# Seed 18 keeps every gate of the 64-token continuations above 1.7 in fp32 and bf16 (test_tiny_accept).
+PROMPTS_SEED = 18
 
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def prompts() -> list[list[int]]:
+def prompts(seed: int = PROMPTS_SEED) -> list[list[int]]:
     """Past the sliding window; odd ones carry the key token at depth 1..8 (far outside the last window)."""
     import random
 
-    rng = random.Random(17)
+    rng = random.Random(seed)
     out = []
     for i in range(NUM_PROMPTS):
         n = 2 * TINY.sliding_window + 3 * i
