@@ -97,15 +97,16 @@ def test_doctors_table_splits_into_its_columns_only_when_aligned():
 
 
 def test_each_rows_evidence_level_is_what_this_project_showed():
-    """GPU runs here: 0.5.13, 0.5.16 and 0.5.17 (torch 2.11 lines); the CPU suite: 0.5.23 (and 0.5.13, already at
-    gpu); every other line's published source only."""
+    """GPU runs here: 0.5.13, 0.5.16 and 0.5.17 (torch 2.11 lines); 0.5.23 on the GPU machine's torch 2.11, off its
+    2.14.1 pin (it is also the CPU suite's line); every other line's published source only."""
     assert {r.version: r.shown for r in lines.LINES if r.shown != "source"} == {
         "0.5.13": "gpu",
         "0.5.16": "gpu",
         "0.5.17": "gpu",
-        "0.5.23": "cpu",
+        "0.5.23": "gpu-offpin",
     }
     assert all(r.torch.startswith("2.11") for r in lines.LINES if r.shown == "gpu")
+    assert not any(r.torch.startswith("2.11") for r in lines.LINES if r.shown == "gpu-offpin")
 
 
 def test_an_unknown_evidence_level_is_refused_by_name():

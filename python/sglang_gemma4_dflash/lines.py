@@ -20,7 +20,8 @@ DFLASH_DP = "speculative.dflash_dp"  # 0.5.23: DP DFlash's gather of a vocab-par
 
 # What this project has shown on a line, one word each (``Line.shown``), and how the tables say it.
 SHOWN = {
-    "gpu": "GPU run",  # DFLASH served with the plugin on a GPU here
+    "gpu": "GPU run",  # DFLASH served with the plugin on a GPU here, on the torch the line pins
+    "gpu-offpin": "GPU run off its torch pin",  # the same on another torch, through a shim for the line's kernels
     "cpu": "CPU only",  # the CPU test suite runs on this line
     "source": "source only",  # its published source was read (test_sglang_source_lines.py)
 }
@@ -102,7 +103,7 @@ LINES = (
     Line("0.5.20", "2.13.0", V2_DFLASH2, DP_NPU, "source", (DISAGGREGATION,)),
     Line("0.5.21", "2.13.0", V2_DFLASH2, DP_NPU, "source", (DISAGGREGATION,)),
     Line("0.5.22", "2.14.1", V2_DFLASH2, DP_NPU, "source", (DISAGGREGATION,)),
-    Line("0.5.23", "2.14.1", V2_DFLASH2, DP_CUDA, "cpu", (DISAGGREGATION, DFLASH_DP)),
+    Line("0.5.23", "2.14.1", V2_DFLASH2, DP_CUDA, "gpu-offpin", (DISAGGREGATION, DFLASH_DP)),
 )
 
 
@@ -180,7 +181,9 @@ def markdown() -> str:
     rows = ["| " + " | ".join(cells) + " |" for cells in (_HEADER, ("---",) * len(_HEADER), *map(_cells, LINES))]
     legend = [f"- **{p.name}**: {p.summary}." for p in PLANS]
     shown = (
-        f"Shown here: **{SHOWN['gpu']}**: DFLASH served with the plugin on a GPU; **{SHOWN['cpu']}**: the CPU test "
+        f"Shown here: **{SHOWN['gpu']}**: DFLASH served with the plugin on a GPU; **{SHOWN['gpu-offpin']}**: the "
+        "same on another torch than the line pins (the GPU machine's, with a shim for the line's kernel package), "
+        f"not the stack a user installs; **{SHOWN['cpu']}**: the CPU test "
         f"suite runs on this line; **{SHOWN['source']}**: the line's published source was read. Every row's plan is "
         f"checked against its line's published source. The runs: [{EVIDENCE}]({EVIDENCE})."
     )
