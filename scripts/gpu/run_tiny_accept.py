@@ -47,7 +47,7 @@ VARIANTS = ("plain", "correct", "capture_shift", "wrong_ids")
 DRAFT_WINDOW = 24
 # Seed 17 put the planted lookup of prompt 15 at gate 0.50 (fp32; 0.26 in bf16; tiny.lookup_gates) 33 tokens in:
 # there plain greedy itself is barely decided, and SGLang 0.5.23's plain server answered it the other way, twice.
-# Seed 18 keeps every gate of the 64-token continuations above 1.7 in fp32 and bf16 (test_tiny_accept).
+# Seed 18 keeps every gate of the 64-token continuations above 1.7 in fp32 and bf16 (test_run_tiny_accept).
 PROMPTS_SEED = 18
 
 
