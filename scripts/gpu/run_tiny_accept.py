@@ -160,6 +160,7 @@ def main() -> None:
         "block_size": TINY.block_size,
         "max_new_tokens": MAX_NEW_TOKENS,
         "concurrent": CONCURRENT,
+        "prompts_seed": PROMPTS_SEED,  # 17 before the screen of test_run_tiny_accept
         "prompt_lengths": [len(p) for p in prompts()],
         "prompt_has_key": [mode_of(p) for p in prompts()],
         "variants": {},
