@@ -57,7 +57,7 @@ def test_the_start_up_line_and_doctor_say_this_lines_row_and_doctor_names_a_diff
     assert [r[0].strip("* ") for r in table[1:]] == [r.version for r in lines.LINES]  # every line, in order
     assert [r for r in table if r[0].startswith("*")] == [table[1 + lines.LINES.index(row)]]  # this one marked
     for text, other in zip(table[1:], lines.LINES):
-        assert text[1:] == [other.torch, other.installs.name, other.dp_attention, lines.SHOWN[other.shown]]
+        assert text[1:] == [other.torch, other.installs.name, other.dp_attention, lines.SHOWN[other.shown][0]]
     assert f"the evidence: {lines.EVIDENCE}" in out["text"]
     assert out["kernel_off"].startswith(f"DIFFERS from the table for SGLang {line}")
     assert (
@@ -107,6 +107,14 @@ def test_each_rows_evidence_level_is_what_this_project_showed():
     }
     assert all(r.torch.startswith("2.11") for r in lines.LINES if r.shown == "gpu")
     assert not any(r.torch.startswith("2.11") for r in lines.LINES if r.shown == "gpu-offpin")
+
+
+def test_the_legend_explains_exactly_the_levels_the_table_uses():
+    """Every level a row shows is explained under the table; a level no row has (CPU only, now) is not listed."""
+    legend = lines.markdown().split("Shown here: ")[1]
+    for key, (label, meaning) in lines.SHOWN.items():
+        used = any(r.shown == key for r in lines.LINES)
+        assert (f"**{label}**: {meaning}" in legend) == used, key
 
 
 def test_an_unknown_evidence_level_is_refused_by_name():

@@ -18,12 +18,16 @@ DP_CUDA = "CUDA with --enable-dp-lm-head (SGLang keeps the draft eager)"
 DISAGGREGATION = "speculative.dflash_disaggregation"  # 0.5.18+: the PD decode side's first draft input
 DFLASH_DP = "speculative.dflash_dp"  # 0.5.23: DP DFlash's gather of a vocab-parallel draft embedding
 
-# What this project has shown on a line, one word each (``Line.shown``), and how the tables say it.
+# What this project has shown on a line, one word each (``Line.shown``): how the tables say it, and what that means.
 SHOWN = {
-    "gpu": "GPU run",  # DFLASH served with the plugin on a GPU here, on the torch the line pins
-    "gpu-offpin": "GPU run off its torch pin",  # the same on another torch, through a shim for the line's kernels
-    "cpu": "CPU only",  # the CPU test suite runs on this line
-    "source": "source only",  # its published source was read (test_sglang_source_lines.py)
+    "gpu": ("GPU run", "DFLASH served with the plugin on a GPU"),
+    "gpu-offpin": (
+        "GPU run off its torch pin",
+        "the same on another torch than the line pins (the GPU machine's, with a shim for the line's kernel "
+        "package), not the stack a user installs",
+    ),
+    "cpu": ("CPU only", "the CPU test suite runs on this line"),
+    "source": ("source only", "the line's published source was read"),
 }
 
 
@@ -165,7 +169,7 @@ _HEADER = ("SGLang", "torch", "the plugin installs", "DFLASH with DP attention",
 
 
 def _cells(row: Line) -> tuple[str, ...]:
-    return (row.version, row.torch, row.installs.name, row.dp_attention, SHOWN[row.shown])
+    return (row.version, row.torch, row.installs.name, row.dp_attention, SHOWN[row.shown][0])
 
 
 def format_lines(installed: str | None = None) -> str:
@@ -180,11 +184,9 @@ def markdown() -> str:
     """The table as README's support table, with the legend of its plan names and evidence levels."""
     rows = ["| " + " | ".join(cells) + " |" for cells in (_HEADER, ("---",) * len(_HEADER), *map(_cells, LINES))]
     legend = [f"- **{p.name}**: {p.summary}." for p in PLANS]
+    used = [SHOWN[k] for k in SHOWN if any(r.shown == k for r in LINES)]  # the levels some row has
     shown = (
-        f"Shown here: **{SHOWN['gpu']}**: DFLASH served with the plugin on a GPU; **{SHOWN['gpu-offpin']}**: the "
-        "same on another torch than the line pins (the GPU machine's, with a shim for the line's kernel package), "
-        f"not the stack a user installs; **{SHOWN['cpu']}**: the CPU test "
-        f"suite runs on this line; **{SHOWN['source']}**: the line's published source was read. Every row's plan is "
+        "Shown here: " + "; ".join(f"**{label}**: {meaning}" for label, meaning in used) + ". Every row's plan is "
         f"checked against its line's published source. The runs: [{EVIDENCE}]({EVIDENCE})."
     )
     return "\n".join([*rows, "", *legend, "", shown])
